@@ -1,0 +1,139 @@
+"""Atomic commits: compare-and-swap on a metadata object, retried on conflict (SPEC.md §9)."""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Callable
+
+from singerlake.manifest import Manifest
+from singerlake.paths import StreamPaths, file_id_ms, iso_ms, now_ms
+from singerlake.storage import NotFound, PreconditionFailed, Storage
+
+
+class CommitConflict(Exception):
+    """Too many writers raced for the same object; nothing was committed."""
+
+
+class CommitRejected(Exception):
+    """The commit may not happen at all (e.g. the writer lost its lock); nothing was committed."""
+
+
+def compare_and_swap(
+    storage: Storage,
+    key: str,
+    change: Callable[[bytes | None], bytes | None],
+    *,
+    timeout_s: float = 300.0,
+) -> bytes | None:
+    """Read ``key``, compute its new bytes with ``change`` (None: leave as is), write only if unchanged.
+
+    On a lost race the object is re-read and ``change`` runs again, so concurrent updates compose.
+    """
+    deadline = time.monotonic() + timeout_s
+    attempt = 0
+    while True:
+        try:
+            blob = storage.read(key)
+            current, etag = blob.data, blob.etag
+        except NotFound:
+            current, etag = None, None
+        new = change(current)
+        if new is None:
+            return current
+        try:
+            if etag is None:
+                storage.write(key, new, if_none_match=True)
+            else:
+                storage.write(key, new, if_match=etag)
+            return new
+        except PreconditionFailed:
+            attempt += 1
+            if time.monotonic() > deadline:
+                raise CommitConflict(f"{storage.url_of(key)}: gave up after {attempt} conflicting attempts") from None
+            time.sleep(random.uniform(0, min(1.0, 0.005 * 2 ** min(attempt, 8))))
+
+
+def update_manifest(
+    storage: Storage,
+    paths: StreamPaths,
+    change: Callable[[Manifest], bool | None],
+    *,
+    seed: Callable[[], Manifest] | None = None,
+) -> Manifest:
+    """Apply ``change`` to the stream's manifest atomically; ``change`` returning False writes nothing.
+
+    ``seed`` builds the manifest when none exists yet (a rebuild from a scan, so that creating a
+    manifest never hides data files already on storage).
+    """
+    source = storage.url_of(paths.manifest)
+    seeded: list[Manifest] = []
+    result: list[Manifest] = []
+
+    def apply(current: bytes | None) -> bytes | None:
+        if current is not None:
+            manifest = Manifest.from_bytes(current, source)
+        else:
+            if seed is not None and not seeded:
+                seeded.append(seed())
+            manifest = Manifest.from_dict(seeded[0].to_dict(), source) if seeded else Manifest(paths.tap_id, paths.stream)
+        result[:] = [manifest]
+        if change(manifest) is False and current is not None:
+            return None
+        return manifest.to_bytes()
+
+    compare_and_swap(storage, paths.manifest, apply)
+    return result[0]
+
+
+def register_writer(storage: Storage, paths: StreamPaths, schema_hash: str, writer_id: str, **kwargs) -> Manifest:
+    """Make ``writer_id`` the only writer whose commits the manifest accepts for this stream-schema.
+
+    Called right after taking the stream-schema lock: from then on a previous holder's commits
+    fail, so the manifest itself is the fence against a writer whose lease was taken over.
+    """
+
+    def change(manifest: Manifest) -> None:
+        manifest.writers[schema_hash] = {"writer_id": writer_id, "since": iso_ms(now_ms())}
+
+    return update_manifest(storage, paths, change, **kwargs)
+
+
+def commit_files(
+    storage: Storage,
+    paths: StreamPaths,
+    records: list[dict],
+    schemas: dict[str, tuple[dict, list[str]]],
+    *,
+    writer_id: str | None = None,
+) -> Manifest:
+    """Make data files visible: all of ``records`` in one new commit, or none of them.
+
+    ``schemas`` maps each schema hash used by ``records`` to (schema, key_properties). With
+    ``writer_id`` the commit is fenced: it fails with CommitRejected unless that writer is still
+    the registered writer of every stream-schema it touches.
+    """
+    missing = {r["schema_hash"] for r in records} - set(schemas)
+    if missing:
+        raise ValueError(f"no schema given for schema hashes {sorted(missing)}")
+
+    def change(manifest: Manifest) -> bool:
+        if writer_id is not None:
+            for schema_hash in {r["schema_hash"] for r in records}:
+                owner = manifest.writers.get(schema_hash, {}).get("writer_id")
+                if owner != writer_id:
+                    raise CommitRejected(
+                        f"{paths.stream!r} schema {schema_hash}: writer {writer_id} lost its lock to {owner}; "
+                        f"{len(records)} file(s) left uncommitted"
+                    )
+        present = manifest.file_ids()
+        new = [r for r in records if r["id"] not in present]
+        if not new:
+            return False
+        for record in sorted(new, key=lambda r: r["id"]):
+            schema, keys = schemas[record["schema_hash"]]
+            manifest.add_version(record["schema_hash"], schema, keys, file_id_ms(record["id"]))
+        manifest.append_commit(new)
+        return True
+
+    return update_manifest(storage, paths, change)

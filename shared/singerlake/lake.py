@@ -1,0 +1,125 @@
+"""The lake as readers and writers see it: names, metadata with scan fallbacks, and updates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from singerlake import catalogue as cat
+from singerlake.commit import compare_and_swap, update_manifest
+from singerlake.manifest import Manifest
+from singerlake.paths import NAME_FILE, RAW, ROOT_METADATA, StreamPaths, decode_segment, is_truncated
+from singerlake.scan import scan_stream
+from singerlake.storage import NotFound, PreconditionFailed, Storage, open_storage
+
+
+class UnknownTap(LookupError):
+    pass
+
+
+class Lake:
+    def __init__(self, storage: Storage):
+        self.storage = storage
+
+    @classmethod
+    def open(cls, root: str | None = None, **s3_options) -> "Lake":
+        return cls(open_storage(root, **s3_options))
+
+    def paths(self, tap_id: str, stream: str) -> StreamPaths:
+        return StreamPaths(tap_id, stream)
+
+    # -- names -------------------------------------------------------------------------------
+    def _name_of(self, parent: str, segment: str) -> str:
+        if is_truncated(segment):
+            return self.storage.read(f"{parent}/{segment}/{NAME_FILE}").data.decode("utf-8")
+        return decode_segment(segment)
+
+    def ensure_names(self, paths: StreamPaths) -> None:
+        """Keep the full name beside any segment that had to be truncated."""
+        for directory, name in ((paths.tap_dir, paths.tap_id), (paths.stream_dir, paths.stream)):
+            if is_truncated(directory.rsplit("/", 1)[1]):
+                try:
+                    self.storage.write(f"{directory}/{NAME_FILE}", name.encode("utf-8"), if_none_match=True)
+                except PreconditionFailed:
+                    pass  # already there, written by an earlier writer
+
+    def listed_taps(self) -> list[str]:
+        return sorted(self._name_of(RAW, segment) for segment in self.storage.list_dirs(f"{RAW}/"))
+
+    def listed_streams(self, tap_id: str) -> list[str]:
+        tap_dir = StreamPaths(tap_id, "_").tap_dir
+        return sorted(self._name_of(tap_dir, segment) for segment in self.storage.list_dirs(f"{tap_dir}/"))
+
+    # -- reading, with fallbacks ---------------------------------------------------------------
+    def root_metadata(self) -> dict[str, Any]:
+        try:
+            return cat.load(self.storage.read(ROOT_METADATA).data, self.storage.url_of(ROOT_METADATA), "root")
+        except NotFound:
+            return self.rebuild_root_metadata()
+
+    def rebuild_root_metadata(self, keep: dict | None = None) -> dict[str, Any]:
+        root = keep or cat.empty_root()
+        for tap_id in self.listed_taps():
+            root = cat.upsert_tap(root, tap_id, StreamPaths(tap_id, "_").tap_dir)
+        return root
+
+    def taps(self) -> list[str]:
+        return sorted(self.root_metadata()["taps"])
+
+    def check_tap(self, tap_id: str) -> None:
+        taps = self.taps()
+        if tap_id not in taps:
+            raise UnknownTap(f"tap {tap_id!r} is not in the lake at {self.storage.url}; taps present: {taps or 'none'}")
+
+    def manifest(self, tap_id: str, stream: str) -> Manifest:
+        paths = self.paths(tap_id, stream)
+        try:
+            return Manifest.from_bytes(self.storage.read(paths.manifest).data, self.storage.url_of(paths.manifest))
+        except NotFound:
+            return scan_stream(self.storage, paths)
+
+    def catalogue(self, tap_id: str) -> dict[str, Any]:
+        key = StreamPaths(tap_id, "_").catalogue
+        try:
+            return cat.load(self.storage.read(key).data, self.storage.url_of(key), "catalogue")
+        except NotFound:
+            return self.rebuild_catalogue(tap_id)
+
+    def rebuild_catalogue(self, tap_id: str) -> dict[str, Any]:
+        catalogue: dict[str, Any] = {"streams": []}
+        for stream in self.listed_streams(tap_id):
+            manifest = self.manifest(tap_id, stream)
+            if manifest.versions:
+                catalogue = cat.upsert_stream(catalogue, cat.catalog_entry(manifest, self.paths(tap_id, stream).stream_dir))
+        return catalogue
+
+    def streams(self, tap_id: str) -> list[str]:
+        return [entry["tap_stream_id"] for entry in self.catalogue(tap_id)["streams"]]
+
+    # -- writing derived metadata ----------------------------------------------------------------
+    def publish_stream(self, manifest: Manifest, annotations: dict[str, Any] | None = None) -> None:
+        """Bring catalogue.json and singerlake.json up to date with a committed manifest."""
+        paths = self.paths(manifest.tap_id, manifest.stream)
+        entry = cat.catalog_entry(manifest, paths.stream_dir)
+
+        def change_catalogue(current: bytes | None) -> bytes | None:
+            base = self.rebuild_catalogue(manifest.tap_id) if current is None else cat.load(current, paths.catalogue, "catalogue")
+            updated = cat.upsert_stream(base, entry)
+            return None if current is not None and updated == base else cat.dump(updated)
+
+        compare_and_swap(self.storage, paths.catalogue, change_catalogue)
+        self.register_tap(manifest.tap_id, annotations)
+
+    def register_tap(self, tap_id: str, annotations: dict[str, Any] | None = None) -> None:
+        tap_dir = StreamPaths(tap_id, "_").tap_dir
+
+        def change_root(current: bytes | None) -> bytes | None:
+            base = self.rebuild_root_metadata() if current is None else cat.load(current, ROOT_METADATA, "root")
+            updated = cat.upsert_tap(base, tap_id, tap_dir, annotations)
+            return None if current is not None and updated == base else cat.dump(updated)
+
+        compare_and_swap(self.storage, ROOT_METADATA, change_root)
+
+    def update_manifest(self, paths: StreamPaths, change) -> Manifest:
+        """Manifest CAS that first rebuilds from a scan when no manifest exists yet."""
+        return update_manifest(self.storage, paths, change, seed=lambda: scan_stream(self.storage, paths))
+

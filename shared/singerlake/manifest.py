@@ -1,0 +1,146 @@
+"""A stream's manifest: its schema versions, its committed files in commit order, and the write fence."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from singerlake.metadata import InvalidMetadata, validate_record
+from singerlake.paths import file_id_ms, iso_ms
+from singerlake.schema_hash import is_schema_hash
+
+MANIFEST_FORMAT = "singerlake-manifest"
+SPEC_VERSION = "1.0"
+
+
+@dataclass
+class Manifest:
+    tap_id: str
+    stream: str
+    versions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    files: list[dict[str, Any]] = field(default_factory=list)
+    commits: int = 0
+    writers: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    # -- versions ---------------------------------------------------------------------------
+    def add_version(self, schema_hash: str, schema: dict, key_properties: list[str], first_seen_ms: int) -> str:
+        """Register a schema version (idempotent) and return its label ``vN``."""
+        if schema_hash not in self.versions:
+            self.versions[schema_hash] = {
+                "version": f"v{len(self.versions) + 1}",
+                "schema": schema,
+                "key_properties": list(key_properties),
+                "first_seen": iso_ms(first_seen_ms),
+            }
+        return self.versions[schema_hash]["version"]
+
+    def latest_hash(self) -> str | None:
+        if not self.versions:
+            return None
+        return max(self.versions, key=lambda h: int(self.versions[h]["version"][1:]))
+
+    # -- files ------------------------------------------------------------------------------
+    def file_ids(self) -> set[str]:
+        return {entry["id"] for entry in self.files}
+
+    def append_commit(self, records: list[dict[str, Any]]) -> int:
+        """Add records as one commit; ids already present are skipped (retries are idempotent)."""
+        present = self.file_ids()
+        new = [r for r in records if r["id"] not in present]
+        if new:
+            self.commits += 1
+            self.files.extend({**r, "commit": self.commits} for r in new)
+        return self.commits
+
+    # -- JSON ---------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": MANIFEST_FORMAT,
+            "spec_version": SPEC_VERSION,
+            "tap_id": self.tap_id,
+            "stream": self.stream,
+            "commits": self.commits,
+            "versions": self.versions,
+            "writers": self.writers,
+            "files": self.files,
+        }
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes, source: str) -> "Manifest":
+        try:
+            doc = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InvalidMetadata(f"{source}: not valid JSON: {exc}") from None
+        return cls.from_dict(doc, source)
+
+    @classmethod
+    def from_dict(cls, doc: Any, source: str) -> "Manifest":
+        validate_manifest(doc, source)
+        return cls(doc["tap_id"], doc["stream"], doc["versions"], doc["files"], doc["commits"], doc.get("writers", {}))
+
+
+def versions_from_files(files: list[dict], schemas: dict[str, tuple[dict, list[str]]]) -> dict[str, dict]:
+    """Versions numbered by the first file of each schema hash (used by rebuilds)."""
+    manifest = Manifest("", "")
+    for entry in sorted(files, key=lambda e: e["id"]):
+        schema, keys = schemas[entry["schema_hash"]]
+        manifest.add_version(entry["schema_hash"], schema, keys, file_id_ms(entry["id"]))
+    return manifest.versions
+
+
+def validate_manifest(doc: Any, source: str) -> None:
+    """Raise InvalidMetadata naming the manifest and the field at fault."""
+
+    def fail(problem: str) -> None:
+        raise InvalidMetadata(f"{source}: {problem}")
+
+    if not isinstance(doc, dict):
+        fail("must be a JSON object")
+    if doc.get("format") != MANIFEST_FORMAT:
+        fail(f"field 'format' must be {MANIFEST_FORMAT!r}, got {doc.get('format')!r}")
+    for name in ("tap_id", "stream"):
+        if not isinstance(doc.get(name), str) or not doc[name]:
+            fail(f"field {name!r} must be a non-empty string")
+    commits = doc.get("commits")
+    if not isinstance(commits, int) or isinstance(commits, bool) or commits < 0:
+        fail(f"field 'commits' must be a non-negative integer, got {commits!r}")
+    versions = doc.get("versions")
+    if not isinstance(versions, dict):
+        fail("field 'versions' must be an object of schema hash -> version")
+    labels = set()
+    for schema_hash, info in versions.items():
+        where = f"versions[{schema_hash!r}]"
+        if not is_schema_hash(schema_hash):
+            fail(f"{where}: key is not a schema hash")
+        if not isinstance(info, dict) or not isinstance(info.get("schema"), dict):
+            fail(f"{where}: field 'schema' must be an object")
+        if not isinstance(info.get("version"), str) or not info["version"].startswith("v") or not info["version"][1:].isdigit():
+            fail(f"{where}: field 'version' must look like 'v1', got {info.get('version')!r}")
+        if info["version"] in labels:
+            fail(f"{where}: version label {info['version']} is used twice")
+        labels.add(info["version"])
+        if not isinstance(info.get("key_properties"), list):
+            fail(f"{where}: field 'key_properties' must be a list")
+        if not isinstance(info.get("first_seen"), str):
+            fail(f"{where}: field 'first_seen' must be a timestamp string")
+    files = doc.get("files")
+    if not isinstance(files, list):
+        fail("field 'files' must be a list")
+    seen = set()
+    for index, entry in enumerate(files):
+        where = f"files[{index}]"
+        validate_record(entry, f"{source}: {where}")
+        if entry["id"] in seen:
+            fail(f"{where}: duplicate file id {entry['id']}")
+        seen.add(entry["id"])
+        if entry["schema_hash"] not in versions:
+            fail(f"{where}: schema_hash {entry['schema_hash']} has no entry in 'versions'")
+        commit = entry.get("commit")
+        if not isinstance(commit, int) or isinstance(commit, bool) or not 1 <= commit <= commits:
+            fail(f"{where}: field 'commit' must be an integer in 1..{commits}, got {commit!r}")
+    if not isinstance(doc.get("writers", {}), dict):
+        fail("field 'writers' must be an object")

@@ -1,0 +1,86 @@
+"""The storage interface every backend implements: keys relative to the lake root, conditional writes."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import BinaryIO, Iterator
+
+
+class StorageError(Exception):
+    """A storage operation failed; the message names the object."""
+
+
+class NotFound(StorageError):
+    pass
+
+
+class PreconditionFailed(StorageError):
+    """A conditional write lost: the object exists (If-None-Match) or changed (If-Match)."""
+
+
+@dataclass(frozen=True)
+class Blob:
+    data: bytes
+    etag: str
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    mtime: float  # seconds since the epoch
+
+
+class Storage(ABC):
+    """A lake root. ``url`` is what users configured (never carries secrets)."""
+
+    url: str
+
+    @abstractmethod
+    def read(self, key: str) -> Blob:
+        """Whole object and its etag; raises NotFound."""
+
+    @abstractmethod
+    def write(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
+        """Write atomically and return the new etag.
+
+        ``if_none_match``: only create (PreconditionFailed when the key exists).
+        ``if_match``: only replace the version with this etag (PreconditionFailed otherwise).
+        """
+
+    @abstractmethod
+    def delete(self, key: str, *, if_match: str | None = None) -> None:
+        """Delete; with ``if_match`` only that version (PreconditionFailed otherwise). Missing is fine."""
+
+    @abstractmethod
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Every object whose key starts with ``prefix``, in key order."""
+
+    @abstractmethod
+    def list_dirs(self, prefix: str) -> list[str]:
+        """Names of the immediate "directories" under ``prefix`` (which ends with ``/`` or is empty)."""
+
+    @abstractmethod
+    def open_read(self, key: str) -> BinaryIO:
+        """A streaming reader, for objects too large to hold in memory; raises NotFound."""
+
+    @abstractmethod
+    def check_writable(self) -> None:
+        """Fail fast with a clear error when the root cannot be written."""
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.read_etag(key)
+            return True
+        except NotFound:
+            return False
+
+    def read_etag(self, key: str) -> str:
+        return self.read(key).etag
+
+    def url_of(self, key: str) -> str:
+        return f"{self.url.rstrip('/')}/{key}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"

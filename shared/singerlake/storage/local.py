@@ -1,0 +1,137 @@
+"""Local filesystem backend: atomic writes by temp file + link/rename, CAS under a directory flock."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from singerlake.paths import check_key
+from singerlake.storage.base import Blob, NotFound, ObjectInfo, PreconditionFailed, Storage, StorageError
+
+_TMP_PREFIX = ".tmp-"
+
+
+def _etag(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+class LocalStorage(Storage):
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root).expanduser().absolute()
+        self.url = str(self.root)
+
+    def _path(self, key: str) -> Path:
+        return self.root.joinpath(*check_key(key).split("/"))
+
+    @contextmanager
+    def _guard(self, directory: Path):
+        """Exclusive flock on the directory: serialises compare-and-swap; released if we die."""
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def read(self, key: str) -> Blob:
+        try:
+            data = self._path(key).read_bytes()
+        except FileNotFoundError:
+            raise NotFound(f"{self.url_of(key)} does not exist") from None
+        return Blob(data, _etag(data))
+
+    def _write_temp(self, path: Path, data: bytes) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{uuid.uuid4().hex}")
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return tmp
+
+    def write(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
+        path = self._path(key)
+        try:
+            tmp = self._write_temp(path, data)
+        except OSError as exc:
+            raise StorageError(f"cannot write {self.url_of(key)}: {exc}") from exc
+        try:
+            if if_none_match:
+                try:
+                    os.link(tmp, path)  # atomic create-if-absent, never a partial file
+                except FileExistsError:
+                    raise PreconditionFailed(f"{self.url_of(key)} already exists") from None
+            elif if_match is not None:
+                with self._guard(path.parent):
+                    current = self._current_etag(path)
+                    if current != if_match:
+                        raise PreconditionFailed(f"{self.url_of(key)} changed (expected etag {if_match})")
+                    os.replace(tmp, path)
+            else:
+                os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return _etag(data)
+
+    def _current_etag(self, path: Path) -> str | None:
+        try:
+            return _etag(path.read_bytes())
+        except FileNotFoundError:
+            return None
+
+    def delete(self, key: str, *, if_match: str | None = None) -> None:
+        path = self._path(key)
+        if if_match is None:
+            path.unlink(missing_ok=True)
+            return
+        if not path.parent.exists():
+            raise PreconditionFailed(f"{self.url_of(key)} does not exist")
+        with self._guard(path.parent):
+            if self._current_etag(path) != if_match:
+                raise PreconditionFailed(f"{self.url_of(key)} changed (expected etag {if_match})")
+            path.unlink()
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        base = self.root.joinpath(*prefix.split("/")[:-1]) if "/" in prefix else self.root
+        found = []
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            for name in filenames:
+                if name.startswith("."):
+                    continue
+                full = Path(dirpath, name)
+                key = full.relative_to(self.root).as_posix()
+                if key.startswith(prefix):
+                    try:
+                        stat = full.stat()
+                    except FileNotFoundError:
+                        continue
+                    found.append(ObjectInfo(key, stat.st_size, stat.st_mtime))
+        yield from sorted(found, key=lambda info: info.key)
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        base = self.root.joinpath(*[p for p in prefix.split("/") if p]) if prefix else self.root
+        try:
+            return sorted(e.name for e in os.scandir(base) if e.is_dir() and not e.name.startswith("."))
+        except FileNotFoundError:
+            return []
+
+    def open_read(self, key: str) -> BinaryIO:
+        try:
+            return open(self._path(key), "rb")
+        except FileNotFoundError:
+            raise NotFound(f"{self.url_of(key)} does not exist") from None
+
+    def check_writable(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            probe = self.root / f"{_TMP_PREFIX}write-check-{uuid.uuid4().hex}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise StorageError(f"lake root {self.url} is not writable: {exc}") from exc

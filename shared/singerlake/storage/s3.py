@@ -1,0 +1,172 @@
+"""S3 backend on boto3: conditional PutObject/DeleteObject for CAS, smart-open for streaming reads.
+
+Credentials come from the standard chain, a profile, or explicit keys; none of them is ever part of
+``url``, ``repr`` or an error message. The client is built lazily and dropped when pickled, so a
+storage object can be shipped to Spark executors.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, BinaryIO, Iterator
+
+from singerlake.paths import check_key
+from singerlake.storage.base import Blob, NotFound, ObjectInfo, PreconditionFailed, Storage, StorageError
+
+_CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
+_MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
+
+
+class S3Storage(Storage):
+    def __init__(
+        self,
+        url: str,
+        *,
+        region: str | None = None,
+        profile: str | None = None,
+        endpoint_url: str | None = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+        session_token: str | None = None,
+    ):
+        if not url.startswith("s3://") or len(url) <= 5:
+            raise StorageError(f"not an s3:// URL: {url!r}")
+        bucket, _, prefix = url[5:].partition("/")
+        if not bucket:
+            raise StorageError(f"{url!r} names no bucket")
+        self.url = url.rstrip("/")
+        self.bucket = bucket
+        self.prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
+        self._options = {
+            "region": region,
+            "profile": profile,
+            "endpoint_url": endpoint_url,
+            "access_key_id": access_key_id,
+            "secret_access_key": secret_access_key,
+            "session_token": session_token,
+        }
+        self._client = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_client"] = None
+        return state
+
+    @property
+    def client(self):
+        if self._client is None:
+            import boto3
+            from botocore.config import Config
+
+            opts = self._options
+            session = boto3.session.Session(profile_name=opts["profile"], region_name=opts["region"])
+            self._client = session.client(
+                "s3",
+                endpoint_url=opts["endpoint_url"],
+                aws_access_key_id=opts["access_key_id"],
+                aws_secret_access_key=opts["secret_access_key"],
+                aws_session_token=opts["session_token"],
+                config=Config(retries={"max_attempts": 8, "mode": "standard"}, max_pool_connections=32),
+            )
+        return self._client
+
+    def _key(self, key: str) -> str:
+        return self.prefix + check_key(key)
+
+    def _error(self, exc: Exception, key: str, action: str) -> Exception:
+        from botocore.exceptions import ClientError
+
+        if isinstance(exc, ClientError):
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+            if code in _CONFLICT_CODES or status in ("412", "409"):
+                return PreconditionFailed(f"{self.url_of(key)}: conditional {action} lost ({code})")
+            if code in _MISSING_CODES or status == "404":
+                return NotFound(f"{self.url_of(key)} does not exist")
+            return StorageError(f"{action} {self.url_of(key)} failed: {code} {exc.response['Error'].get('Message', '')}")
+        return StorageError(f"{action} {self.url_of(key)} failed: {type(exc).__name__}: {exc}")
+
+    def read(self, key: str) -> Blob:
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+            return Blob(response["Body"].read(), response["ETag"])
+        except Exception as exc:
+            raise self._error(exc, key, "read") from exc
+
+    def read_etag(self, key: str) -> str:
+        try:
+            return self.client.head_object(Bucket=self.bucket, Key=self._key(key))["ETag"]
+        except Exception as exc:
+            raise self._error(exc, key, "head") from exc
+
+    def write(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(key), "Body": data}
+        if if_none_match:
+            kwargs["IfNoneMatch"] = "*"
+        elif if_match is not None:
+            kwargs["IfMatch"] = if_match
+        try:
+            return self.client.put_object(**kwargs)["ETag"]
+        except Exception as exc:
+            error = self._error(exc, key, "write")
+            if if_match is not None and isinstance(error, NotFound):
+                error = PreconditionFailed(f"{self.url_of(key)} no longer exists (expected etag {if_match})")
+            raise error from exc
+
+    def delete(self, key: str, *, if_match: str | None = None) -> None:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(key)}
+        if if_match is not None:
+            kwargs["IfMatch"] = if_match
+        try:
+            self.client.delete_object(**kwargs)
+        except Exception as exc:
+            error = self._error(exc, key, "delete")
+            if isinstance(error, NotFound) and if_match is None:
+                return
+            if isinstance(error, NotFound):
+                error = PreconditionFailed(f"{self.url_of(key)} no longer exists (expected etag {if_match})")
+            raise error from exc
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        paginator = self.client.get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + prefix):
+                for item in page.get("Contents", []):
+                    key = item["Key"][len(self.prefix) :]
+                    yield ObjectInfo(key, item["Size"], item["LastModified"].timestamp())
+        except Exception as exc:
+            raise self._error(exc, prefix, "list") from exc
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        paginator = self.client.get_paginator("list_objects_v2")
+        names = []
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + prefix, Delimiter="/"):
+                for common in page.get("CommonPrefixes", []):
+                    names.append(common["Prefix"][len(self.prefix + prefix) :].rstrip("/"))
+        except Exception as exc:
+            raise self._error(exc, prefix, "list") from exc
+        return sorted(names)
+
+    def open_read(self, key: str) -> BinaryIO:
+        import smart_open
+
+        self.read_etag(key)  # a clear NotFound before streaming starts
+        return smart_open.open(
+            f"s3://{self.bucket}/{self._key(key)}",
+            "rb",
+            compression="disable",
+            transport_params={"client": self.client},
+        )
+
+    def check_writable(self) -> None:
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except Exception as exc:
+            raise StorageError(f"lake root {self.url}: bucket {self.bucket!r} is missing or not accessible: {exc}") from exc
+        probe = f"{self.prefix}.singerlake-write-check-{uuid.uuid4().hex}"
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=probe, Body=b"")
+            self.client.delete_object(Bucket=self.bucket, Key=probe)
+        except Exception as exc:
+            raise StorageError(f"lake root {self.url} is not writable: {exc}") from exc
