@@ -1,0 +1,1 @@
+"""tap-singerlake: replays a Singerlake."""

@@ -1,0 +1,1 @@
+"""target-singerlake: lands Singer streams in a Singerlake."""

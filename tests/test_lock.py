@@ -1,0 +1,278 @@
+"""Stream-schema locks over the real backends: a temp dir and moto's S3 over HTTP (SPEC.md §8).
+
+Racing writers are separate OS processes (``python -c`` children that load this file), so the
+lock is exercised exactly as independent tap runs would use it: nothing shared but the storage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from singerlake.commit import CommitRejected
+from singerlake.lake import Lake
+from singerlake.lock import Lock, LockLost, LockTimeout, read_lock
+from singerlake.paths import now_ms
+from singerlake.storage import open_storage
+from singerlake.writer import SchemaWriter
+
+TAP = "tap-locktest"
+SCHEMA_MESSAGE = {
+    "type": "SCHEMA",
+    "stream": "orders",
+    "schema": {"type": "object", "properties": {"id": {"type": "integer"}}},
+    "key_properties": ["id"],
+}
+
+# A child process: load this file by path and call one of its module-level functions.
+_BOOT = (
+    "import importlib.util, json, sys\n"
+    "spec = importlib.util.spec_from_file_location('_lock_child', sys.argv[1])\n"
+    "module = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(module)\n"
+    "getattr(module, sys.argv[2])(*json.loads(sys.argv[3]))\n"
+)
+
+
+def _child(function: str, *args) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", _BOOT, __file__, function, json.dumps(args)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _open(spec: dict):
+    return open_storage(spec["url"], **spec["options"])
+
+
+@pytest.fixture(params=["local", "s3"])
+def root(request, tmp_path) -> dict:
+    """A lake root as plain data (so child processes can open it too): {"url", "options"}."""
+    if request.param == "local":
+        return {"url": str(tmp_path / "lake"), "options": {}}
+    url, options = request.getfixturevalue("s3_root")
+    return {"url": url, "options": options}
+
+
+# -- 1. many processes, one holder -----------------------------------------------------------------
+
+
+def _race_child(spec: dict, key: str, rounds: int, hold_s: float, out: str) -> None:
+    storage = _open(spec)
+    lock = Lock(storage, key, lease_s=2, drift_s=1, wait_s=60, poll_s=0.05)
+    storage.exists(key)  # connect before the start signal, so all children start on an equal footing
+    print("ready", flush=True)
+    sys.stdin.readline()
+    held = []
+    for _ in range(rounds):
+        lock.acquire()
+        start = time.monotonic()
+        seen = set()
+        while time.monotonic() < start + hold_s:
+            info = read_lock(storage, key)
+            seen.add(info.writer_id if info else None)
+            time.sleep(0.01)
+        lock.refresh()  # a conditional write on our own version: fails if anyone replaced it meanwhile
+        end = time.monotonic()
+        held.append({"writer_id": lock.writer_id, "start": start, "end": end, "seen": sorted(map(str, seen))})
+        held[-1]["released"] = lock.release()
+    Path(out).write_text(json.dumps(held))
+
+
+def test_processes_racing_for_one_lock_hold_it_one_at_a_time(root, tmp_path):
+    key = "raw/tap/stream/0123456789abc/lock.json"
+    processes, rounds = 8, 2
+    outs = [tmp_path / f"held-{n}.json" for n in range(processes)]
+    children = [_child("_race_child", root, key, rounds, 0.1, str(out)) for out in outs]
+    try:
+        for child in children:
+            assert child.stdout.readline().strip() == "ready", child.stderr.read()
+        for child in children:  # start them all at once
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        for child in children:
+            _, err = child.communicate(timeout=120)
+            assert child.returncode == 0, err
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+
+    held = [interval for out in outs for interval in json.loads(out.read_text())]
+    assert len(held) == processes * rounds
+    assert len({h["writer_id"] for h in held}) == processes * rounds  # a fresh writer id per acquisition
+    for h in held:
+        assert h["seen"] == [h["writer_id"]], f"while {h['writer_id']} held the lock, storage named {h['seen']}"
+        assert h["released"] is True
+    held.sort(key=lambda h: h["start"])
+    for before, after in zip(held, held[1:]):
+        assert before["end"] <= after["start"], f"{before['writer_id']} and {after['writer_id']} held the lock at once"
+    # At any instant during the race at most one process was inside its holding interval.
+    instants = sorted({h["start"] for h in held} | {h["end"] for h in held})
+    for t in instants:
+        assert sum(h["start"] <= t < h["end"] for h in held) <= 1
+    assert read_lock(_open(root), key) is None  # the last holder released it
+
+
+# -- 2. a killed holder is taken over only after lease + drift -----------------------------------------
+
+
+def _hold_child(spec: dict, key: str) -> None:
+    lock = Lock(_open(spec), key, lease_s=2, drift_s=1, heartbeat=True).acquire()
+    print(f"held {lock.writer_id}", flush=True)
+    time.sleep(300)
+
+
+def test_killed_holder_is_taken_over_only_after_lease_plus_drift(root):
+    storage = _open(root)
+    key = "raw/tap/stream/0123456789abc/lock.json"
+    lease_s, drift_s = 2.0, 1.0
+    holder = _child("_hold_child", root, key)
+    try:
+        line = holder.stdout.readline().split()
+        assert line[:1] == ["held"], holder.stderr.read()
+        holder_id = line[1]
+        # Let the heartbeat refresh at least once, so the lease is counted from a refresh.
+        deadline = time.monotonic() + 10
+        while True:
+            info = read_lock(storage, key)
+            assert info is not None and info.writer_id == holder_id
+            if info.refreshed_ms > info.acquired_ms:
+                break
+            assert time.monotonic() < deadline, "the holder's heartbeat never refreshed the lock"
+            time.sleep(0.05)
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=10)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    assert holder.returncode == -signal.SIGKILL
+    time.sleep(0.2)  # let any refresh that was in flight at the kill land before we read the last one
+    last = read_lock(storage, key)
+    assert last is not None and last.writer_id == holder_id and last.lease_s == lease_s
+
+    # A waiter that gives up before lease + drift has passed gets LockTimeout and leaves the lock alone.
+    # Its own lease is tiny: the holder's recorded lease is what counts.
+    impatient = Lock(storage, key, lease_s=0.1, drift_s=drift_s, wait_s=1.0, poll_s=0.05)
+    with pytest.raises(LockTimeout):
+        impatient.acquire()
+    assert now_ms() - last.refreshed_ms < (lease_s + drift_s) * 1000
+    assert impatient.writer_id is None
+    assert read_lock(storage, key).writer_id == holder_id
+
+    taker = Lock(storage, key, lease_s=lease_s, drift_s=drift_s, wait_s=30, poll_s=0.05)
+    taker.acquire()
+    taken_ms = now_ms()
+    try:
+        assert taken_ms - last.refreshed_ms >= (lease_s + drift_s) * 1000
+        assert read_lock(storage, key).writer_id == taker.writer_id != holder_id
+    finally:
+        assert taker.release() is True
+
+
+# -- 3. a stale holder's commit is rejected ---------------------------------------------------------
+
+
+def _lines(*ids: int) -> tuple[list[bytes], list[int]]:
+    stamp = now_ms()
+    return [json.dumps({"type": "RECORD", "stream": "orders", "record": {"id": i}}).encode() for i in ids], [stamp] * len(ids)
+
+
+def test_stale_holders_commit_is_rejected_and_its_files_stay_invisible(root):
+    lake = Lake(_open(root))
+    a = SchemaWriter(lake, TAP, SCHEMA_MESSAGE, lease_s=1, drift_s=0.5, wait_s=5)
+    a.lock.heartbeat = False  # A stalls: it never refreshes, so its lease runs out
+    a.open()
+    file_a = a.write_file(*_lines(1, 2))
+
+    b = SchemaWriter(lake, TAP, SCHEMA_MESSAGE, lease_s=1, drift_s=0.5, wait_s=30)
+    b.lock.poll_s = 0.05
+    b.open()  # takes the lock over once A's lease + drift has passed, and registers itself
+    try:
+        assert b.lock.writer_id != a.lock.writer_id
+        file_b = b.write_file(*_lines(3))
+        b.commit([file_b])
+
+        with pytest.raises(CommitRejected):
+            a.commit([file_a])
+        with pytest.raises(LockLost):
+            a.lock.refresh()
+
+        manifest = lake.manifest(TAP, "orders")
+        assert [entry["id"] for entry in manifest.files] == [file_b["id"]]
+        assert manifest.commits == 1
+        assert manifest.writers[b.schema_hash]["writer_id"] == b.lock.writer_id
+        assert lake.storage.exists(file_a["path"])  # A's file is on storage, just never committed
+        assert file_a["id"] not in manifest.file_ids()
+    finally:
+        b.close()
+    a.close()
+    # Nothing A does after losing the lock may change what readers see.
+    assert [entry["id"] for entry in lake.manifest(TAP, "orders").files] == [file_b["id"]]
+
+
+# -- 4. releasing after a takeover leaves the new owner alone ------------------------------------------
+
+
+def test_release_after_takeover_does_not_clobber_the_new_owner(root):
+    storage = _open(root)
+    key = "raw/tap/stream/0123456789abc/lock.json"
+    a = Lock(storage, key, lease_s=1, drift_s=0.5, heartbeat=False).acquire()
+    b = Lock(storage, key, lease_s=1, drift_s=0.5, wait_s=30, poll_s=0.05).acquire()
+    try:
+        assert b.writer_id != a.writer_id
+        assert a.release() is False
+        assert a.lost
+        info = read_lock(storage, key)
+        assert info is not None and info.writer_id == b.writer_id
+        b.refresh()  # B's version of the lock is untouched
+        assert read_lock(storage, key).writer_id == b.writer_id
+    finally:
+        assert b.release() is True
+    assert read_lock(storage, key) is None
+
+
+def test_holder_that_was_taken_over_learns_it_on_refresh(root):
+    storage = _open(root)
+    key = "raw/tap/stream/0123456789abc/lock.json"
+    a = Lock(storage, key, lease_s=1, drift_s=0.5, heartbeat=False).acquire()
+    b = Lock(storage, key, lease_s=1, drift_s=0.5, wait_s=30, poll_s=0.05).acquire()
+    try:
+        with pytest.raises(LockLost):
+            a.refresh()
+        with pytest.raises(LockLost):
+            a.check()
+        assert a.release() is False
+        assert read_lock(storage, key).writer_id == b.writer_id
+    finally:
+        assert b.release() is True
+
+
+# -- 5. writer ids are never reused -----------------------------------------------------------------
+
+
+def test_writer_id_is_never_reused(root):
+    storage = _open(root)
+    key = "raw/tap/stream/0123456789abc/lock.json"
+    lock = Lock(storage, key, lease_s=5, drift_s=1, wait_s=5, poll_s=0.05)
+    ids = []
+    for _ in range(3):
+        lock.acquire()
+        ids.append(lock.writer_id)
+        assert read_lock(storage, key).writer_id == lock.writer_id
+        with pytest.raises(RuntimeError):
+            lock.acquire()  # one object holds at most one acquisition
+        assert lock.release() is True
+        assert read_lock(storage, key) is None
+    assert len(set(ids)) == len(ids)
