@@ -12,7 +12,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from singerlake.storage import LocalStorage, S3Storage
 
 S3_KEYS = {"access_key_id": "testing", "secret_access_key": "testing-secret", "region": "us-east-1"}

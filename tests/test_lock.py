@@ -15,11 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from singerlake.commit import CommitRejected
 from singerlake.lake import Lake
 from singerlake.lock import Lock, LockLost, LockTimeout, read_lock
-from singerlake.paths import now_ms
+from singerlake.paths import StreamPaths, now_ms
 from singerlake.storage import open_storage
 from singerlake.writer import SchemaWriter
 
@@ -30,6 +29,7 @@ SCHEMA_MESSAGE = {
     "schema": {"type": "object", "properties": {"id": {"type": "integer"}}},
     "key_properties": ["id"],
 }
+LOCK_KEY = StreamPaths(TAP, "orders").lock("0123456789abc")  # where a stream-schema's lock lives
 
 # A child process: load this file by path and call one of its module-level functions.
 _BOOT = (
@@ -90,7 +90,7 @@ def _race_child(spec: dict, key: str, rounds: int, hold_s: float, out: str) -> N
 
 
 def test_processes_racing_for_one_lock_hold_it_one_at_a_time(root, tmp_path):
-    key = "raw/tap/stream/0123456789abc/lock.json"
+    key = LOCK_KEY
     processes, rounds = 8, 2
     outs = [tmp_path / f"held-{n}.json" for n in range(processes)]
     children = [_child("_race_child", root, key, rounds, 0.1, str(out)) for out in outs]
@@ -115,7 +115,7 @@ def test_processes_racing_for_one_lock_hold_it_one_at_a_time(root, tmp_path):
         assert h["seen"] == [h["writer_id"]], f"while {h['writer_id']} held the lock, storage named {h['seen']}"
         assert h["released"] is True
     held.sort(key=lambda h: h["start"])
-    for before, after in zip(held, held[1:]):
+    for before, after in zip(held, held[1:], strict=False):
         assert before["end"] <= after["start"], f"{before['writer_id']} and {after['writer_id']} held the lock at once"
     # At any instant during the race at most one process was inside its holding interval.
     instants = sorted({h["start"] for h in held} | {h["end"] for h in held})
@@ -135,7 +135,7 @@ def _hold_child(spec: dict, key: str) -> None:
 
 def test_killed_holder_is_taken_over_only_after_lease_plus_drift(root):
     storage = _open(root)
-    key = "raw/tap/stream/0123456789abc/lock.json"
+    key = LOCK_KEY
     lease_s, drift_s = 2.0, 1.0
     holder = _child("_hold_child", root, key)
     try:
@@ -165,7 +165,7 @@ def test_killed_holder_is_taken_over_only_after_lease_plus_drift(root):
     # A waiter that gives up before lease + drift has passed gets LockTimeout and leaves the lock alone.
     # Its own lease is tiny: the holder's recorded lease is what counts.
     impatient = Lock(storage, key, lease_s=0.1, drift_s=drift_s, wait_s=1.0, poll_s=0.05)
-    with pytest.raises(LockTimeout):
+    with pytest.raises(LockTimeout, match=holder_id):
         impatient.acquire()
     assert now_ms() - last.refreshed_ms < (lease_s + drift_s) * 1000
     assert impatient.writer_id is None
@@ -227,7 +227,7 @@ def test_stale_holders_commit_is_rejected_and_its_files_stay_invisible(root):
 
 def test_release_after_takeover_does_not_clobber_the_new_owner(root):
     storage = _open(root)
-    key = "raw/tap/stream/0123456789abc/lock.json"
+    key = LOCK_KEY
     a = Lock(storage, key, lease_s=1, drift_s=0.5, heartbeat=False).acquire()
     b = Lock(storage, key, lease_s=1, drift_s=0.5, wait_s=30, poll_s=0.05).acquire()
     try:
@@ -245,7 +245,7 @@ def test_release_after_takeover_does_not_clobber_the_new_owner(root):
 
 def test_holder_that_was_taken_over_learns_it_on_refresh(root):
     storage = _open(root)
-    key = "raw/tap/stream/0123456789abc/lock.json"
+    key = LOCK_KEY
     a = Lock(storage, key, lease_s=1, drift_s=0.5, heartbeat=False).acquire()
     b = Lock(storage, key, lease_s=1, drift_s=0.5, wait_s=30, poll_s=0.05).acquire()
     try:
@@ -264,7 +264,7 @@ def test_holder_that_was_taken_over_learns_it_on_refresh(root):
 
 def test_writer_id_is_never_reused(root):
     storage = _open(root)
-    key = "raw/tap/stream/0123456789abc/lock.json"
+    key = LOCK_KEY
     lock = Lock(storage, key, lease_s=5, drift_s=1, wait_s=5, poll_s=0.05)
     ids = []
     for _ in range(3):

@@ -1,6 +1,6 @@
 """Singerlake core: the lake format, storage, locks and commits shared by tap and target."""
 
-from singerlake.lake import Lake, UnknownTap
+from singerlake.lake import Lake, LakeNotFound, UnknownTap
 from singerlake.manifest import SPEC_VERSION, Manifest
 from singerlake.schema_hash import schema_hash
 from singerlake.storage import open_storage
@@ -8,4 +8,4 @@ from singerlake.writer import SchemaWriter
 
 __version__ = "0.1.0"
 
-__all__ = ["Lake", "Manifest", "SPEC_VERSION", "SchemaWriter", "UnknownTap", "open_storage", "schema_hash"]
+__all__ = ["Lake", "LakeNotFound", "Manifest", "SPEC_VERSION", "SchemaWriter", "UnknownTap", "open_storage", "schema_hash"]

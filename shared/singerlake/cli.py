@@ -29,7 +29,9 @@ def describe_lake(lake: Lake) -> dict:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    report = describe_lake(Lake.open(args.root))
+    lake = Lake.open(args.root)
+    lake.check_exists()
+    report = describe_lake(lake)
     if args.json:
         print(json.dumps(report, indent=1, ensure_ascii=False))
         return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from singerlake.manifest import Manifest
 from singerlake.paths import StreamPaths, file_id_ms, iso_ms, now_ms

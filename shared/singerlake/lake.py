@@ -16,13 +16,22 @@ class UnknownTap(LookupError):
     pass
 
 
+class LakeNotFound(LookupError):
+    pass
+
+
 class Lake:
     def __init__(self, storage: Storage):
         self.storage = storage
 
     @classmethod
-    def open(cls, root: str | None = None, **s3_options) -> "Lake":
+    def open(cls, root: str | None = None, **s3_options) -> Lake:
         return cls(open_storage(root, **s3_options))
+
+    def check_exists(self) -> None:
+        """Readers call this first: a mistyped root is an error, not an empty lake."""
+        if not self.storage.root_exists():
+            raise LakeNotFound(f"lake root {self.storage.url} does not exist")
 
     def paths(self, tap_id: str, stream: str) -> StreamPaths:
         return StreamPaths(tap_id, stream)
@@ -122,4 +131,3 @@ class Lake:
     def update_manifest(self, paths: StreamPaths, change) -> Manifest:
         """Manifest CAS that first rebuilds from a scan when no manifest exists yet."""
         return update_manifest(self.storage, paths, change, seed=lambda: scan_stream(self.storage, paths))
-

@@ -42,7 +42,7 @@ class LockInfo:
     lease_s: float
 
     @classmethod
-    def parse(cls, data: bytes) -> "LockInfo | None":
+    def parse(cls, data: bytes) -> LockInfo | None:
         try:
             doc = json.loads(data)
             return cls(
@@ -99,7 +99,7 @@ class Lock:
             return (time.monotonic() - observed_since) * 1000 > margin_ms
         return now_ms() - info.refreshed_ms > margin_ms
 
-    def acquire(self) -> "Lock":
+    def acquire(self) -> Lock:
         if self._etag is not None:
             raise RuntimeError(f"{self.key}: already held by this object")
         writer_id = f"{self.writer_prefix}-{uuid.uuid4().hex}"
@@ -122,9 +122,7 @@ class Lock:
                 holder = info.writer_id if info else "<unreadable lock>"
                 if not self.is_stale(info, seen_since):
                     if time.monotonic() > deadline:
-                        raise LockTimeout(
-                            f"{self.storage.url_of(self.key)} is held by {holder}; waited {self.wait_s:.0f}s"
-                        ) from None
+                        raise LockTimeout(f"{self.storage.url_of(self.key)} is held by {holder}; waited {self.wait_s:.0f}s") from None
                     time.sleep(self.poll_s)
                     continue
                 try:
@@ -198,7 +196,7 @@ class Lock:
                 self._lost.set()
                 return False
 
-    def __enter__(self) -> "Lock":
+    def __enter__(self) -> Lock:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:

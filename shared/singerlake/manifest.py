@@ -70,7 +70,7 @@ class Manifest:
         return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
     @classmethod
-    def from_bytes(cls, data: bytes, source: str) -> "Manifest":
+    def from_bytes(cls, data: bytes, source: str) -> Manifest:
         try:
             doc = json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -78,7 +78,7 @@ class Manifest:
         return cls.from_dict(doc, source)
 
     @classmethod
-    def from_dict(cls, doc: Any, source: str) -> "Manifest":
+    def from_dict(cls, doc: Any, source: str) -> Manifest:
         validate_manifest(doc, source)
         return cls(doc["tap_id"], doc["stream"], doc["versions"], doc["files"], doc["commits"], doc.get("writers", {}))
 

@@ -70,7 +70,7 @@ def validate_record(record: Any, where_from: str = "metadata record") -> None:
     for field in required:
         if field not in record:
             fail(field, "is missing")
-    if record["version"] != METADATA_VERSION or isinstance(record["version"], bool):
+    if not _is_int(record["version"]) or record["version"] != METADATA_VERSION:
         fail("version", f"must be {METADATA_VERSION}, got {record['version']!r}")
     if not isinstance(record["id"], str) or not _HEX32.match(record["id"]):
         fail("id", f"must be 32 lower-case hex digits (a uuid), got {record['id']!r}")

@@ -6,6 +6,7 @@ Keys are relative to the lake root and always use ``/``. See SPEC.md §1-§2.
 from __future__ import annotations
 
 import re
+import threading
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -125,12 +126,28 @@ def parse_ts(text: str) -> int:
     return to_ms(datetime.strptime(text, "%Y%m%dT%H%M%S.%fZ").replace(tzinfo=timezone.utc))
 
 
+_RANDOM_BITS = 74  # a UUIDv7's rand_a (12 bits) and rand_b (62 bits)
+_last_id = (-1, 0)  # (ms, random part) of this process's previous id
+_id_lock = threading.Lock()
+
+
 def new_file_id(created_ms: int | None = None) -> str:
-    """A UUIDv7 as 32 hex digits: unique, and ordered by creation time (rebuilds sort by it)."""
-    ms = now_ms() if created_ms is None else created_ms
-    value = (ms & ((1 << 48) - 1)) << 80 | uuid.uuid4().int & ((1 << 80) - 1)
-    value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
-    value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 4122 variant
+    """A UUIDv7 as 32 hex digits: unique, and ordered by creation time (rebuilds sort by it).
+
+    Within one process, ids of the same millisecond keep their creation order too: the random part
+    then counts up from the previous id's (RFC 9562 §6.2, method 2).
+    """
+    global _last_id
+    ms = (now_ms() if created_ms is None else created_ms) & ((1 << 48) - 1)
+    rand = uuid.uuid4().int & ((1 << _RANDOM_BITS) - 1)
+    with _id_lock:
+        last_ms, last_rand = _last_id
+        if ms == last_ms and rand <= last_rand:
+            rand = last_rand + 1 + (rand & 0xFFFF)
+            if rand >> _RANDOM_BITS:  # practically never: borrow the next millisecond
+                ms, rand = ms + 1, rand & ((1 << _RANDOM_BITS) - 1)
+        _last_id = (ms, rand)
+    value = ms << 80 | 0x7 << 76 | (rand >> 62) << 64 | 0x2 << 62 | (rand & ((1 << 62) - 1))
     return f"{value:032x}"
 
 
@@ -183,7 +200,7 @@ class DataFileName:
     file_id: str
 
     @classmethod
-    def parse(cls, key: str) -> "DataFileName":
+    def parse(cls, key: str) -> DataFileName:
         parts = key.split("/")
         if len(parts) != 5 or parts[0] != RAW or not parts[4].endswith(DATA_SUFFIX):
             raise ValueError(f"{key!r} is not a data file key raw/<tap>/<stream>/<hash>/<name>{DATA_SUFFIX}")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import gzip
 import io
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import BinaryIO, Iterable, Iterator
+from typing import BinaryIO
 
 from singerlake.metadata import blake2_hex, make_record
 from singerlake.paths import StreamPaths, new_file_id, normalise_label, to_ms
@@ -25,12 +26,14 @@ def parse_time_ms(value: object) -> int | None:
     if not isinstance(value, str) or not value:
         return None
     try:
-        dt = datetime.fromisoformat(value.replace("z", "Z"))
+        # A trailing Z spelled as an offset: Python 3.10's fromisoformat (still supported) rejects "Z".
+        dt = datetime.fromisoformat(value[:-1] + "+00:00" if value[-1] in "Zz" else value)
     except ValueError:
         return None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
-    return to_ms(dt)
+    ms = to_ms(dt)
+    return ms if ms >= 0 else None  # start/end are ms since the epoch (SPEC.md §5): earlier is unusable
 
 
 def record_time_ms(message: dict, received_ms: int) -> int:
@@ -52,8 +55,7 @@ def iter_lines(stream: BinaryIO, name: str) -> Iterator[bytes]:
     try:
         with gzip.GzipFile(fileobj=stream, mode="rb") as unzipped:
             reader = io.BufferedReader(unzipped, buffer_size=1 << 20)
-            for line in reader:
-                yield line
+            yield from reader
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise CorruptFile(f"{name}: corrupt or truncated gzip: {exc}") from exc
 
@@ -96,6 +98,8 @@ def write_data_file(
     """
     if not record_lines or len(record_lines) != len(times_ms):
         raise ValueError("a data file needs at least one record and one time per record")
+    if min(times_ms) < 0:
+        raise ValueError(f"record times must be ms since 1970, got {min(times_ms)}")
     start, end = min(times_ms), max(times_ms)
     file_id = new_file_id()
     key = paths.data_file(schema_hash, start, end, file_id)

@@ -47,14 +47,12 @@ class SchemaWriter:
         self.compresslevel = compresslevel
         self.lock = Lock(lake.storage, self.paths.lock(self.schema_hash), lease_s=lease_s, drift_s=drift_s, wait_s=wait_s)
 
-    def open(self) -> "SchemaWriter":
+    def open(self) -> SchemaWriter:
         self.lock.acquire()
         try:
             self.lake.ensure_names(self.paths)
             storage = self.lake.storage
-            register_writer(
-                storage, self.paths, self.schema_hash, self.lock.writer_id, seed=lambda: scan_stream(storage, self.paths)
-            )
+            register_writer(storage, self.paths, self.schema_hash, self.lock.writer_id, seed=lambda: scan_stream(storage, self.paths))
         except BaseException:
             self.lock.release()
             raise
@@ -88,7 +86,7 @@ class SchemaWriter:
     def close(self) -> None:
         self.lock.release()
 
-    def __enter__(self) -> "SchemaWriter":
+    def __enter__(self) -> SchemaWriter:
         return self.open()
 
     def __exit__(self, *exc) -> None:

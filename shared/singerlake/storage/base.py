@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 
 class StorageError(Exception):
@@ -64,6 +65,10 @@ class Storage(ABC):
     @abstractmethod
     def open_read(self, key: str) -> BinaryIO:
         """A streaming reader, for objects too large to hold in memory; raises NotFound."""
+
+    @abstractmethod
+    def root_exists(self) -> bool:
+        """Whether the root itself (directory, bucket) exists; a missing lake is an error for readers."""
 
     @abstractmethod
     def check_writable(self) -> None:

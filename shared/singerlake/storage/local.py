@@ -6,9 +6,10 @@ import fcntl
 import hashlib
 import os
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from singerlake.paths import check_key
 from singerlake.storage.base import Blob, NotFound, ObjectInfo, PreconditionFailed, Storage, StorageError
@@ -126,6 +127,9 @@ class LocalStorage(Storage):
             return open(self._path(key), "rb")
         except FileNotFoundError:
             raise NotFound(f"{self.url_of(key)} does not exist") from None
+
+    def root_exists(self) -> bool:
+        return self.root.is_dir()
 
     def check_writable(self) -> None:
         try:

@@ -8,7 +8,8 @@ storage object can be shipped to Spark executors.
 from __future__ import annotations
 
 import uuid
-from typing import Any, BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 from singerlake.paths import check_key
 from singerlake.storage.base import Blob, NotFound, ObjectInfo, PreconditionFailed, Storage, StorageError
@@ -79,6 +80,8 @@ class S3Storage(Storage):
         if isinstance(exc, ClientError):
             code = str(exc.response.get("Error", {}).get("Code", ""))
             status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+            if code == "NoSuchBucket":  # not a missing object: the lake root itself is wrong
+                return StorageError(f"{action} {self.url_of(key)} failed: bucket {self.bucket!r} does not exist")
             if code in _CONFLICT_CODES or status in ("412", "409"):
                 return PreconditionFailed(f"{self.url_of(key)}: conditional {action} lost ({code})")
             if code in _MISSING_CODES or status == "404":
@@ -87,15 +90,17 @@ class S3Storage(Storage):
         return StorageError(f"{action} {self.url_of(key)} failed: {type(exc).__name__}: {exc}")
 
     def read(self, key: str) -> Blob:
+        full_key = self._key(key)
         try:
-            response = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+            response = self.client.get_object(Bucket=self.bucket, Key=full_key)
             return Blob(response["Body"].read(), response["ETag"])
         except Exception as exc:
             raise self._error(exc, key, "read") from exc
 
     def read_etag(self, key: str) -> str:
+        full_key = self._key(key)
         try:
-            return self.client.head_object(Bucket=self.bucket, Key=self._key(key))["ETag"]
+            return self.client.head_object(Bucket=self.bucket, Key=full_key)["ETag"]
         except Exception as exc:
             raise self._error(exc, key, "head") from exc
 
@@ -158,6 +163,17 @@ class S3Storage(Storage):
             compression="disable",
             transport_params={"client": self.client},
         )
+
+    def root_exists(self) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+            return True
+        except ClientError as exc:
+            if str(exc.response.get("Error", {}).get("Code")) in ("404", "NoSuchBucket", "NotFound"):
+                return False
+            raise self._error(exc, "", "head bucket") from exc
 
     def check_writable(self) -> None:
         try:
