@@ -22,6 +22,7 @@ class Manifest:
     files: list[dict[str, Any]] = field(default_factory=list)
     commits: int = 0
     writers: dict[str, dict[str, str]] = field(default_factory=dict)
+    activate_versions: list[dict[str, Any]] = field(default_factory=list)
 
     # -- versions ---------------------------------------------------------------------------
     def add_version(self, schema_hash: str, schema: dict, key_properties: list[str], first_seen_ms: int) -> str:
@@ -63,6 +64,7 @@ class Manifest:
             "commits": self.commits,
             "versions": self.versions,
             "writers": self.writers,
+            "activate_versions": self.activate_versions,
             "files": self.files,
         }
 
@@ -80,7 +82,15 @@ class Manifest:
     @classmethod
     def from_dict(cls, doc: Any, source: str) -> Manifest:
         validate_manifest(doc, source)
-        return cls(doc["tap_id"], doc["stream"], doc["versions"], doc["files"], doc["commits"], doc.get("writers", {}))
+        return cls(
+            doc["tap_id"],
+            doc["stream"],
+            doc["versions"],
+            doc["files"],
+            doc["commits"],
+            doc.get("writers", {}),
+            doc.get("activate_versions", []),
+        )
 
 
 def versions_from_files(files: list[dict], schemas: dict[str, tuple[dict, list[str]]]) -> dict[str, dict]:
@@ -144,3 +154,10 @@ def validate_manifest(doc: Any, source: str) -> None:
             fail(f"{where}: field 'commit' must be an integer in 1..{commits}, got {commit!r}")
     if not isinstance(doc.get("writers", {}), dict):
         fail("field 'writers' must be an object")
+    activations = doc.get("activate_versions", [])
+    if not isinstance(activations, list):
+        fail("field 'activate_versions' must be a list")
+    for index, entry in enumerate(activations):
+        after = entry.get("after_commit") if isinstance(entry, dict) else None
+        if not isinstance(after, int) or isinstance(after, bool) or not 0 <= after <= commits:
+            fail(f"activate_versions[{index}]: field 'after_commit' must be an integer in 0..{commits}")

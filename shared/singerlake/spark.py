@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from typing import Any
 
 from singerlake.java import ensure_java
+from singerlake.jvm_cache import cds_java_options
 
 # Keep the driver and executors on loopback unless the user says otherwise in spark_conf.
 LOCAL_DEFAULTS = {
@@ -14,7 +17,12 @@ LOCAL_DEFAULTS = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
+    "spark.driver.memory": "1g",
+    # A JVM out of memory must die (and fail the run), never hang.
+    "spark.executor.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",
 }
+# Short-lived local driver: C1-compiled code starts faster and our jobs mostly move bytes.
+DRIVER_JAVA_OPTIONS = "-XX:+ExitOnOutOfMemoryError -XX:TieredStopAtLevel=1"
 
 
 def spark_session(
@@ -30,14 +38,49 @@ def spark_session(
     if remote:
         builder = builder.remote(remote)
     else:
-        ensure_java()
+        java_home = ensure_java()
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # Python workers must run this interpreter (its packages), not whatever "python3" is first on PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = builder.master(master)
         for key, value in LOCAL_DEFAULTS.items():
             builder = builder.config(key, value)
+        cds = cds_java_options(java_home) if master.startswith("local") else ""
+        builder = builder.config("spark.driver.extraJavaOptions", f"{DRIVER_JAVA_OPTIONS} {cds}".strip())
     for key, value in (conf or {}).items():
         builder = builder.config(key, str(value))
     session = builder.getOrCreate()
     if not remote:
         session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+class SparkStarter:
+    """Starts a SparkSession in the background, so the JVM boots while input is being read."""
+
+    def __init__(self, factory):
+        self._factory = factory
+        self._session = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._start, name="singerlake-spark-start", daemon=True)
+        self._thread.start()
+
+    def _start(self) -> None:
+        try:
+            self._session = self._factory()
+        except BaseException as exc:  # reported by get() in the caller's thread
+            self._error = exc
+
+    def __call__(self):
+        self._thread.join()
+        if self._error is not None:
+            raise SparkStartError(f"Spark failed to start: {self._error}") from self._error
+        return self._session
+
+    def started(self):
+        """The session if it is up already, else None (for clean-up)."""
+        return self._session
+
+
+class SparkStartError(RuntimeError):
+    pass

@@ -1,24 +1,218 @@
-"""target-singerlake (shell). Landing through Spark arrives with issue #3; only settings exist yet."""
+"""target-singerlake: a thin singer-sdk shell over ``singerlake.landing``.
+
+The SDK provides the CLI, settings, ``--about`` and logging. Messages do not go through the SDK's
+per-record sink path: a raw zone stores each RECORD line exactly as received, so the reader hands
+raw lines to the core's Lander, which batches them into Spark DataFrames (see SPEC.md).
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+import typing as t
+import uuid
+from collections import Counter
+
 from singer_sdk import Target
 from singer_sdk import typing as th
+from singer_sdk.exceptions import MissingKeyPropertiesError, RecordsWithoutSchemaException
+from singer_sdk.helpers.capabilities import PluginCapabilities, TargetCapabilities
+from singer_sdk.singerlib.encoding.base import GenericSingerReader
 from singer_sdk.sinks import RecordSink
+from singerlake import Lake
+from singerlake.catalogue import ANNOTATIONS
+from singerlake.landing import Lander, LandingSettings, Terminated
+from singerlake.messages import MissingKeyProperties, RecordBeforeSchema
+from singerlake.spark import SparkStarter, spark_session
+from singerlake.spark_write import warm_up
+from singerlake.storage import S3_OPTIONS, StorageError
+
+S3_SECRETS = ("access_key_id", "secret_access_key", "session_token")
 
 
-class NotYetSink(RecordSink):
-    def process_record(self, record: dict, context: dict) -> None:
-        raise NotImplementedError("target-singerlake cannot land records yet (issue #3)")
+class ConfigError(ValueError):
+    """A setting is wrong; the message names it."""
+
+
+class UnusedSink(RecordSink):
+    """The SDK requires a sink class; records never reach it (the Lander lands them)."""
+
+    def process_record(self, record: dict, context: dict) -> None:  # pragma: no cover - never called
+        raise RuntimeError("records are landed by singerlake.landing, not by SDK sinks")
+
+
+class LakeReader(GenericSingerReader[bytes]):
+    """Feeds raw input lines to the target's Lander instead of decoding them for SDK sinks."""
+
+    target: TargetSingerlake
+
+    @property
+    def default_input(self) -> t.IO[bytes]:
+        return sys.stdin.buffer
+
+    def deserialize_json(self, line: bytes) -> dict:  # pragma: no cover - the Lander decodes
+        raise NotImplementedError
+
+    def process_lines(self, file_input, callbacks) -> Counter:
+        source = file_input if file_input is not None else self.default_input
+        source = getattr(source, "buffer", source)  # read bytes: stored lines stay byte-exact
+        lander = self.target.lander
+        try:
+            lander.feed(source)
+        except Terminated:
+            self.target.logger.info("Termination requested: committing what was received, then stopping")
+        except RecordBeforeSchema as exc:
+            lander.abort()
+            raise RecordsWithoutSchemaException(str(exc)) from exc
+        except MissingKeyProperties as exc:
+            lander.abort()
+            raise MissingKeyPropertiesError(str(exc)) from exc
+        except BaseException:
+            lander.abort()
+            raise
+        return Counter(lander.counts)
+
+
+def _setting(name: str, kind, description: str, **kwargs) -> th.Property:
+    return th.Property(name, kind, description=description, **kwargs)
 
 
 class TargetSingerlake(Target):
     name = "target-singerlake"
-    default_sink_class = NotYetSink
+    default_sink_class = UnusedSink
+    message_reader_class = LakeReader
+    capabilities: t.ClassVar[list] = [
+        PluginCapabilities.ABOUT,
+        PluginCapabilities.STRUCTURED_LOGGING,
+        PluginCapabilities.BATCH,
+        PluginCapabilities.ACTIVATE_VERSION,
+        TargetCapabilities.VALIDATE_RECORDS,
+    ]
     config_jsonschema = th.PropertiesList(
-        th.Property("lake_root", th.StringType, default="./singerlake", description="Lake root: a local path, file:// or s3:// URL."),
-        th.Property("tap_id", th.StringType, description="Tap id the data is filed under; defaults to $MELTANO_EXTRACTOR_NAME."),
+        _setting(
+            "lake_root", th.StringType, "Lake root: a local path, a file:// URL or an s3://bucket/prefix URL.", default="./singerlake"
+        ),
+        _setting(
+            "tap_id",
+            th.StringType,
+            "Tap id the streams are filed under (raw/<tap_id>/...). Defaults to $MELTANO_EXTRACTOR_NAME when run by Meltano.",
+        ),
+        _setting("s3_region", th.StringType, "S3 region (default: the standard AWS configuration)."),
+        _setting("s3_profile", th.StringType, "AWS profile name for S3 credentials."),
+        _setting("s3_endpoint_url", th.StringType, "S3 endpoint URL, for MinIO and other S3-compatible stores."),
+        _setting("s3_access_key_id", th.StringType, "S3 access key id (default: the standard credential chain).", secret=True),
+        _setting("s3_secret_access_key", th.StringType, "S3 secret access key.", secret=True),
+        _setting("s3_session_token", th.StringType, "S3 session token, for temporary credentials.", secret=True),
+        _setting("owner", th.StringType, "Owner of this tap's data (person or team), recorded in raw/singerlake.json."),
+        _setting("description", th.StringType, "What this tap's data is for, recorded in raw/singerlake.json."),
+        _setting("docs_url", th.StringType, "Link to the tap's documentation, recorded in raw/singerlake.json."),
+        _setting("logs_url", th.StringType, "Link to the job's status or logs, recorded in raw/singerlake.json."),
+        _setting("lock_wait_seconds", th.NumberType, "How long to wait for another writer's stream-schema lock.", default=600),
+        _setting("lock_lease_seconds", th.NumberType, "Lock lease: a lock not refreshed for lease + drift is stale.", default=60),
+        _setting("lock_drift_seconds", th.NumberType, "Clock-drift margin added to the lease before a takeover.", default=10),
+        _setting("batch_max_rows", th.IntegerType, "Records per batch (one Spark DataFrame and one commit).", default=200_000),
+        _setting("batch_max_bytes", th.IntegerType, "Bytes of Singer text per batch.", default=64 << 20),
+        _setting("max_file_bytes", th.IntegerType, "Bytes of Singer text per data file before it is split.", default=256 << 20),
+        _setting("max_batch_age_seconds", th.NumberType, "Commit a batch once its first record is this old.", default=300),
+        _setting("compression_level", th.IntegerType, "gzip level of data files (1 fastest .. 9 smallest).", default=6),
+        _setting(
+            "validate_records",
+            th.BooleanType,
+            "Validate records against their SCHEMA (off: a raw zone stores what it gets).",
+            default=False,
+        ),
+        _setting(
+            "spark_master", th.StringType, "Spark master, e.g. local[*], local-cluster[2,1,1024], spark://host:7077.", default="local[*]"
+        ),
+        _setting("spark_remote", th.StringType, "Spark Connect URL (sc://host:port); replaces spark_master when set."),
+        _setting("spark_conf", th.ObjectType(), "Extra Spark configuration, passed to the session as is."),
     ).to_dict()
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.message_reader.target = self
+        self.lake = self._open_lake()
+        self.spark = self._start_spark()
+        self.lander = Lander(self.lake, self._landing_settings(), self.spark, self._emit_state)
+
+    # -- settings, checked before any input is read ------------------------------------------------
+    @classmethod
+    def append_builtin_config(cls, config_jsonschema: dict) -> None:
+        """No SDK record settings (metadata columns, load method, flattening): records are stored as sent."""
+
+    def _tap_id(self) -> str:
+        tap_id = self.config.get("tap_id") or os.environ.get("MELTANO_EXTRACTOR_NAME")
+        if not tap_id:
+            raise ConfigError(
+                "setting 'tap_id' is missing (and $MELTANO_EXTRACTOR_NAME is not set): "
+                "say which tap's data this is, e.g. tap_id=tap-postgres"
+            )
+        return tap_id
+
+    def _open_lake(self) -> Lake:
+        options = {name: self.config.get(f"s3_{name}") for name in S3_OPTIONS}
+        root = self.config.get("lake_root") or "./singerlake"
+        try:
+            lake = Lake.open(root, **options)
+            lake.storage.check_writable()
+        except StorageError as exc:
+            raise ConfigError(f"setting 'lake_root': {exc}") from exc
+        return lake
+
+    def _start_spark(self) -> SparkStarter:
+        conf = self.config.get("spark_conf") or {}
+        if not isinstance(conf, dict) or not all(isinstance(k, str) and k.startswith("spark.") for k in conf):
+            raise ConfigError("setting 'spark_conf' must be an object of Spark settings (keys starting with 'spark.')")
+        bad = [k for k, v in conf.items() if isinstance(v, (dict, list)) or v is None]
+        if bad:
+            raise ConfigError(f"setting 'spark_conf': values must be strings, numbers or booleans (see {bad})")
+
+        def start():
+            spark = spark_session(
+                master=self.config.get("spark_master") or "local[*]",
+                app_name=f"target-singerlake {self._tap_id()}",
+                conf=conf,
+                remote=self.config.get("spark_remote"),
+            )
+            warm_up(spark)
+            return spark
+
+        starter = SparkStarter(start)
+        if conf:
+            starter()  # user settings: fail on a bad one before reading any input
+        return starter
+
+    def _landing_settings(self) -> LandingSettings:
+        c = self.config
+        return LandingSettings(
+            tap_id=self._tap_id(),
+            batch_max_rows=int(c.get("batch_max_rows", 200_000)),
+            batch_max_bytes=int(c.get("batch_max_bytes", 64 << 20)),
+            max_file_bytes=int(c.get("max_file_bytes", 256 << 20)),
+            max_batch_age_s=float(c.get("max_batch_age_seconds", 300)),
+            lock_wait_s=float(c.get("lock_wait_seconds", 600)),
+            lock_lease_s=float(c.get("lock_lease_seconds", 60)),
+            lock_drift_s=float(c.get("lock_drift_seconds", 10)),
+            compresslevel=int(c.get("compression_level", 6)),
+            validate_records=bool(c.get("validate_records", False)),
+            work_id=f"target-singerlake-{uuid.uuid4().hex[:16]}",
+            annotations={name: c.get(name) for name in ANNOTATIONS},
+        )
+
+    # -- running -----------------------------------------------------------------------------------
+    def _emit_state(self, state: bytes) -> None:
+        sys.stdout.write(state.decode("utf-8") + "\n")
+        sys.stdout.flush()
+
+    def process_endofpipe(self) -> None:
+        self.lander.finish()
+
+    def _handle_termination(self, signum, frame) -> None:  # pragma: no cover - exercised by subprocess tests
+        lander = getattr(self, "lander", None)
+        if lander is None:
+            raise SystemExit(128 + signum)
+        self.logger.info("Received signal %d: stop reading, commit, emit STATE, exit", signum)
+        lander.request_stop()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,413 @@
+"""Landing a Singer message stream in the lake: batch, write through Spark, commit, then emit STATE.
+
+The reading thread decodes only message envelopes and keeps RECORD lines as the exact bytes
+received. Batches (bounded in rows and bytes) are handed to one drain thread, which writes each
+stream-schema segment as a Spark DataFrame job, commits its files under the stream-schema lock,
+and only then emits the STATE received before the batch was cut. While a batch drains, the next
+one fills, so reading overlaps Spark; at most two batches wait, which bounds memory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from singerlake.lake import Lake
+from singerlake.lock import DEFAULT_DRIFT_S, DEFAULT_LEASE_S, DEFAULT_WAIT_S
+from singerlake.messages import (
+    BadInput,
+    MissingKeyProperties,
+    RecordBeforeSchema,
+    TimeParser,
+    decode_envelope,
+    decode_full,
+    record_keys,
+    sdc_extracted_at,
+)
+from singerlake.paths import iso_ms, now_ms
+from singerlake.schema_hash import schema_hash
+from singerlake.singer_file import DEFAULT_COMPRESSLEVEL
+from singerlake.spark_write import FileJob, write_with_spark
+from singerlake.writer import SchemaWriter
+
+log = logging.getLogger("singerlake.landing")
+
+
+class LandingError(RuntimeError):
+    """Writing or committing a batch failed; nothing of that batch is visible, earlier ones are."""
+
+
+class Terminated(Exception):
+    """Raised into the reading loop by SIGTERM: stop reading, then drain and commit what we have."""
+
+
+@dataclass
+class LandingSettings:
+    tap_id: str
+    batch_max_rows: int = 200_000
+    batch_max_bytes: int = 64 << 20
+    max_file_bytes: int = 256 << 20
+    max_batch_age_s: float = 300.0
+    lock_wait_s: float = DEFAULT_WAIT_S
+    lock_lease_s: float = DEFAULT_LEASE_S
+    lock_drift_s: float = DEFAULT_DRIFT_S
+    compresslevel: int = DEFAULT_COMPRESSLEVEL
+    validate_records: bool = False
+    work_id: str | None = None
+    annotations: dict[str, Any] | None = None
+
+
+@dataclass
+class StreamSchema:
+    """The current SCHEMA of a stream, as received."""
+
+    message: dict[str, Any]
+    line: bytes
+    hash: str
+    key_properties: list[str]
+    validator: Any = None
+    segment: Segment | None = None
+
+
+@dataclass
+class Segment:
+    """Consecutive records of one stream under one schema, in arrival order."""
+
+    schema: StreamSchema
+    items: list[tuple[bytes, int]] = field(default_factory=list)
+
+
+@dataclass
+class ActivateVersion:
+    version: Any
+    received_ms: int
+
+
+@dataclass
+class DrainJob:
+    streams: dict[str, list[Segment | ActivateVersion]]
+    state: bytes | None
+
+
+class _State(msgspec.Struct):
+    value: msgspec.Raw = msgspec.Raw(b"")
+
+
+_state_decoder = msgspec.json.Decoder(_State)
+
+
+class Lander:
+    def __init__(
+        self,
+        lake: Lake,
+        settings: LandingSettings,
+        spark: Callable[[], Any],
+        emit_state: Callable[[bytes], None],
+    ):
+        self.lake = lake
+        self.settings = settings
+        self.spark = spark
+        self.emit_state = emit_state
+        self.schemas: dict[str, StreamSchema] = {}
+        self.writers: dict[tuple[str, str], SchemaWriter] = {}
+        self.parse_time = TimeParser()
+        self.line_number = 0
+        self.counts = {"RECORD": 0, "SCHEMA": 0, "STATE": 0, "ACTIVATE_VERSION": 0, "BATCH": 0}
+        self._new_batch()
+        self.latest_state: bytes | None = None
+        self.scheduled_state: bytes | None = None
+        self.error: BaseException | None = None
+        self.critical = False
+        self.stop_requested = False
+        self._jobs: queue.Queue[DrainJob | None] = queue.Queue(maxsize=1)
+        self._worker = threading.Thread(target=self._drain_loop, name="singerlake-drain", daemon=True)
+        self._worker.start()
+
+    # -- reading ---------------------------------------------------------------------------------
+    def _new_batch(self) -> None:
+        self.batch: dict[str, list[Segment | ActivateVersion]] = {}
+        self.batch_rows = 0
+        self.batch_bytes = 0
+        self.batch_started = time.monotonic()
+        for current in getattr(self, "schemas", {}).values():
+            current.segment = None
+
+    def feed(self, lines: Iterable[bytes | str]) -> None:
+        """Process input lines; raises BadInput naming the line, Terminated on SIGTERM."""
+        for line in lines:
+            self.line_number += 1
+            if isinstance(line, str):
+                line = line.encode("utf-8")
+            if not line.strip():
+                continue
+            envelope = decode_envelope(line, self.line_number)
+            kind = envelope.type
+            if kind == "RECORD":
+                self._record(envelope, line)
+            elif kind == "STATE":
+                self._state(line)
+            elif kind == "SCHEMA":
+                self._schema(line)
+            elif kind == "ACTIVATE_VERSION":
+                self._activate_version(line)
+            elif kind == "BATCH":
+                self._batch_message(line)
+            else:
+                raise BadInput(f"line {self.line_number}: unknown message type {kind!r}")
+            self.counts[kind] += 1
+            if self.stop_requested:
+                raise Terminated()
+
+    def _record(self, envelope, line: bytes) -> None:
+        number, stream = self.line_number, envelope.stream
+        current = self.schemas.get(stream)
+        if current is None:
+            raise RecordBeforeSchema(f"line {number}: RECORD for stream {stream!r} arrived before its SCHEMA")
+        if current.key_properties:
+            present = record_keys(envelope.record, number, stream)
+            missing = [key for key in current.key_properties if key not in present]
+            if missing:
+                raise MissingKeyProperties(f"line {number}: RECORD for stream {stream!r} lacks key properties {missing}")
+        if current.validator is not None:
+            self._validate(current, envelope.record, number, stream)
+        stamp = self.parse_time(envelope.time_extracted) if envelope.time_extracted is not None else None
+        if stamp is None:
+            sdc = sdc_extracted_at(envelope.record)
+            stamp = (self.parse_time(sdc) if sdc is not None else None) or now_ms()
+        if not line.endswith(b"\n"):
+            line += b"\n"
+        segment = current.segment
+        if segment is None:
+            segment = current.segment = Segment(current)
+            self.batch.setdefault(stream, []).append(segment)
+        segment.items.append((line, stamp))
+        self.batch_rows += 1
+        self.batch_bytes += len(line)
+        if self.batch_rows >= self.settings.batch_max_rows or self.batch_bytes >= self.settings.batch_max_bytes:
+            self._drain()
+        elif self.batch_rows % 10_000 == 0:
+            self._drain_if_old()
+
+    def _validate(self, current: StreamSchema, raw: msgspec.Raw, number: int, stream: str) -> None:
+        error = next(iter(current.validator.iter_errors(json.loads(bytes(raw)))), None)
+        if error is not None:
+            where = "/".join(str(part) for part in error.absolute_path) or "(record)"
+            raise BadInput(f"line {number}: RECORD for stream {stream!r} fails its schema at {where}: {error.message}")
+
+    def _schema(self, line: bytes) -> None:
+        number = self.line_number
+        message = decode_full(line, number)
+        stream, schema = message.get("stream"), message.get("schema")
+        if not isinstance(stream, str) or not stream:
+            raise BadInput(f"line {number}: SCHEMA message needs a non-empty 'stream'")
+        if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
+            raise BadInput(f"line {number}: SCHEMA for stream {stream!r} needs a 'schema' object with 'properties'")
+        keys = message.get("key_properties") or []
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise BadInput(f"line {number}: SCHEMA for stream {stream!r}: 'key_properties' must be a list of names")
+        digest = schema_hash(schema, keys)
+        current = self.schemas.get(stream)
+        if current is not None and current.hash == digest:
+            return  # an identical SCHEMA changes nothing
+        validator = None
+        if self.settings.validate_records:
+            from jsonschema import Draft7Validator
+
+            validator = Draft7Validator(schema)
+        self.schemas[stream] = StreamSchema(message, line.rstrip(b"\r\n"), digest, keys, validator)
+
+    def _state(self, line: bytes) -> None:
+        value = _state_decoder.decode(line).value
+        if not value:
+            raise BadInput(f"line {self.line_number}: STATE message needs a 'value'")
+        self.latest_state = bytes(value)
+        if self.batch_rows == 0 and not self.batch:
+            self._drain()  # nothing buffered: it only waits for batches already draining
+        else:
+            self._drain_if_old()
+
+    def _activate_version(self, line: bytes) -> None:
+        message = decode_full(line, self.line_number)
+        stream = message.get("stream")
+        if stream not in self.schemas:
+            raise RecordBeforeSchema(f"line {self.line_number}: ACTIVATE_VERSION for stream {stream!r} arrived before its SCHEMA")
+        self.batch.setdefault(stream, []).append(ActivateVersion(message.get("version"), now_ms()))
+        self.schemas[stream].segment = None  # records after it start a new segment
+
+    def _batch_message(self, line: bytes) -> None:
+        from singerlake.batch_files import read_batch_records
+
+        number = self.line_number
+        message = decode_full(line, number)
+        stream = message.get("stream")
+        if stream not in self.schemas:
+            raise RecordBeforeSchema(f"line {number}: BATCH for stream {stream!r} arrived before its SCHEMA")
+        prefix = b'{"type":"RECORD","stream":' + json.dumps(stream, ensure_ascii=False).encode() + b',"record":'
+        for source, record in read_batch_records(message, self.lake.storage, number):
+            wrapped = prefix + record + b"}\n"
+            try:
+                self._record(decode_envelope(wrapped, number), wrapped)
+            except BadInput as exc:
+                raise BadInput(f"{exc} (in BATCH file {source})") from None
+
+    # -- draining --------------------------------------------------------------------------------
+    def _drain_if_old(self) -> None:
+        if self.batch_rows and time.monotonic() - self.batch_started >= self.settings.max_batch_age_s:
+            self._drain()
+
+    def _drain(self) -> None:
+        """Hand the batch to the drain thread (waiting while two are already in line)."""
+        self.critical = True  # SIGTERM now only asks; it must not cut a batch in half
+        try:
+            state = self.latest_state if self.latest_state != self.scheduled_state else None
+            job = DrainJob(self.batch, state)
+            if not job.streams and job.state is None:
+                return
+            while True:
+                self._raise_if_failed()
+                try:
+                    self._jobs.put(job, timeout=0.2)
+                    break
+                except queue.Full:
+                    continue
+            if state is not None:
+                self.scheduled_state = state
+            self._new_batch()
+        finally:
+            self.critical = False
+
+    def _drain_loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            if self.error is not None:
+                continue  # a batch failed: later ones must not commit past it
+            try:
+                self._run(job)
+            except BaseException as exc:  # reported to the reading thread, which fails the run
+                self.error = exc
+
+    def _run(self, job: DrainJob) -> None:
+        for stream, items in job.streams.items():
+            for item in items:
+                if isinstance(item, Segment):
+                    self._write_segment(stream, item)
+                else:
+                    self._record_activation(stream, item)
+        if job.state is not None:
+            self.emit_state(job.state)
+
+    def _writer(self, schema: StreamSchema) -> SchemaWriter:
+        key = (schema.message["stream"], schema.hash)
+        writer = self.writers.get(key)
+        if writer is None:
+            s = self.settings
+            writer = SchemaWriter(
+                self.lake,
+                s.tap_id,
+                schema.message,
+                schema_line=schema.line,
+                work_id=s.work_id,
+                lease_s=s.lock_lease_s,
+                drift_s=s.lock_drift_s,
+                wait_s=s.lock_wait_s,
+                annotations=s.annotations,
+                compresslevel=s.compresslevel,
+            ).open()
+            self.writers[key] = writer
+        return writer
+
+    def _write_segment(self, stream: str, segment: Segment) -> None:
+        writer = self._writer(segment.schema)
+        job = FileJob(
+            self.lake.storage,
+            writer.paths,
+            writer.schema_hash,
+            writer.schema_line + b"\n",
+            self.settings.max_file_bytes,
+            self.settings.compresslevel,
+            self.settings.work_id,
+        )
+        lines = [line for line, _ in segment.items]
+        times = [stamp for _, stamp in segment.items]
+        segment.items = []
+        started = time.monotonic()
+        records = write_with_spark(self.spark(), job, lines, times)
+        writer.commit(records)
+        log.info(
+            "committed %d records of %r in %d file(s) in %.2fs",
+            sum(r["records"] for r in records),
+            stream,
+            len(records),
+            time.monotonic() - started,
+        )
+
+    def _record_activation(self, stream: str, item: ActivateVersion) -> None:
+        paths = self.lake.paths(self.settings.tap_id, stream)
+
+        def change(manifest) -> None:
+            manifest.activate_versions.append(
+                {"version": item.version, "after_commit": manifest.commits, "received": iso_ms(item.received_ms)}
+            )
+
+        self.lake.update_manifest(paths, change)
+
+    def _raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise LandingError(f"landing failed, nothing after the last emitted STATE was committed: {self.error}") from self.error
+
+    # -- ending ----------------------------------------------------------------------------------
+    def finish(self) -> None:
+        """Drain and commit everything, emit the last STATE received, release the locks."""
+        self.critical = True
+        try:
+            if self.batch or (self.latest_state is not None and self.latest_state != self.scheduled_state):
+                self._drain()
+                self.critical = True
+            self._stop_worker()
+            self._raise_if_failed()
+        finally:
+            self.close()
+
+    def abort(self) -> None:
+        """After bad input: batches already handed over still commit; the current one is dropped."""
+        self.critical = True
+        try:
+            self._stop_worker()
+            if self.error is not None:
+                log.error("a batch before the failure could not be committed either: %s", self.error)
+        finally:
+            self.close()
+
+    def _stop_worker(self) -> None:
+        while self._worker.is_alive():
+            try:
+                self._jobs.put(None, timeout=0.2)
+                break
+            except queue.Full:
+                continue
+        self._worker.join()
+
+    def close(self) -> None:
+        """Release every lock (also after a failure: uncommitted files stay invisible)."""
+        for writer in self.writers.values():
+            try:
+                writer.close()
+            except Exception as exc:
+                log.warning("could not release %s: %s", writer.lock.key, exc)
+        self.writers.clear()
+
+    def request_stop(self) -> None:
+        """From a signal handler: stop reading at once, unless a batch is being handed over."""
+        self.stop_requested = True
+        if not self.critical:
+            raise Terminated()
