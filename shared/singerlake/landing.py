@@ -24,18 +24,18 @@ from singerlake.lake import Lake
 from singerlake.lock import DEFAULT_DRIFT_S, DEFAULT_LEASE_S, DEFAULT_WAIT_S
 from singerlake.messages import (
     BadInput,
+    KeyCheck,
     MissingKeyProperties,
     RecordBeforeSchema,
     TimeParser,
     decode_envelope,
     decode_full,
-    record_keys,
     sdc_extracted_at,
 )
 from singerlake.paths import iso_ms, now_ms
 from singerlake.schema_hash import schema_hash
 from singerlake.singer_file import DEFAULT_COMPRESSLEVEL
-from singerlake.spark_write import FileJob, write_with_spark
+from singerlake.spark_write import FileJob, chunk_table, write_with_spark
 from singerlake.writer import SchemaWriter
 
 log = logging.getLogger("singerlake.landing")
@@ -52,8 +52,8 @@ class Terminated(Exception):
 @dataclass
 class LandingSettings:
     tap_id: str
-    batch_max_rows: int = 200_000
-    batch_max_bytes: int = 64 << 20
+    batch_max_rows: int = 100_000
+    batch_max_bytes: int = 32 << 20
     max_file_bytes: int = 256 << 20
     max_batch_age_s: float = 300.0
     lock_wait_s: float = DEFAULT_WAIT_S
@@ -63,6 +63,7 @@ class LandingSettings:
     validate_records: bool = False
     work_id: str | None = None
     annotations: dict[str, Any] | None = None
+    queued_batches: int = 1  # batches waiting behind the one draining (memory: queued + 2 batches)
 
 
 @dataclass
@@ -73,6 +74,7 @@ class StreamSchema:
     line: bytes
     hash: str
     key_properties: list[str]
+    key_check: KeyCheck | None = None
     validator: Any = None
     segment: Segment | None = None
 
@@ -114,6 +116,7 @@ class Lander:
     ):
         self.lake = lake
         self.settings = settings
+        self.max_rows, self.max_bytes = settings.batch_max_rows, settings.batch_max_bytes
         self.spark = spark
         self.emit_state = emit_state
         self.schemas: dict[str, StreamSchema] = {}
@@ -127,7 +130,7 @@ class Lander:
         self.error: BaseException | None = None
         self.critical = False
         self.stop_requested = False
-        self._jobs: queue.Queue[DrainJob | None] = queue.Queue(maxsize=1)
+        self._jobs: queue.Queue[DrainJob | None] = queue.Queue(maxsize=max(1, settings.queued_batches))
         self._worker = threading.Thread(target=self._drain_loop, name="singerlake-drain", daemon=True)
         self._worker.start()
 
@@ -146,7 +149,7 @@ class Lander:
             self.line_number += 1
             if isinstance(line, str):
                 line = line.encode("utf-8")
-            if not line.strip():
+            if len(line) < 8 and not line.strip():  # blank line; real messages are longer
                 continue
             envelope = decode_envelope(line, self.line_number)
             kind = envelope.type
@@ -171,9 +174,8 @@ class Lander:
         current = self.schemas.get(stream)
         if current is None:
             raise RecordBeforeSchema(f"line {number}: RECORD for stream {stream!r} arrived before its SCHEMA")
-        if current.key_properties:
-            present = record_keys(envelope.record, number, stream)
-            missing = [key for key in current.key_properties if key not in present]
+        if current.key_check is not None:
+            missing = current.key_check.missing(envelope.record, number, stream)
             if missing:
                 raise MissingKeyProperties(f"line {number}: RECORD for stream {stream!r} lacks key properties {missing}")
         if current.validator is not None:
@@ -191,7 +193,7 @@ class Lander:
         segment.items.append((line, stamp))
         self.batch_rows += 1
         self.batch_bytes += len(line)
-        if self.batch_rows >= self.settings.batch_max_rows or self.batch_bytes >= self.settings.batch_max_bytes:
+        if self.batch_rows >= self.max_rows or self.batch_bytes >= self.max_bytes:
             self._drain()
         elif self.batch_rows % 10_000 == 0:
             self._drain_if_old()
@@ -222,7 +224,8 @@ class Lander:
             from jsonschema import Draft7Validator
 
             validator = Draft7Validator(schema)
-        self.schemas[stream] = StreamSchema(message, line.rstrip(b"\r\n"), digest, keys, validator)
+        key_check = KeyCheck(keys) if keys else None
+        self.schemas[stream] = StreamSchema(message, line.rstrip(b"\r\n"), digest, keys, key_check, validator)
 
     def _state(self, line: bytes) -> None:
         value = _state_decoder.decode(line).value
@@ -337,11 +340,11 @@ class Lander:
             self.settings.compresslevel,
             self.settings.work_id,
         )
-        lines = [line for line, _ in segment.items]
-        times = [stamp for _, stamp in segment.items]
-        segment.items = []
+        items, segment.items = segment.items, []
+        table = chunk_table([line for line, _ in items], [stamp for _, stamp in items])
+        del items  # only the joined copy stays: memory is one batch, not three
         started = time.monotonic()
-        records = write_with_spark(self.spark(), job, lines, times)
+        records = write_with_spark(self.spark(), job, table)
         writer.commit(records)
         log.info(
             "committed %d records of %r in %d file(s) in %.2fs",

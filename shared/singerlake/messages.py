@@ -37,7 +37,6 @@ class _SdcTime(msgspec.Struct):
 
 _envelope = msgspec.json.Decoder(Envelope)
 _sdc = msgspec.json.Decoder(_SdcTime)
-_top_level = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
 def decode_envelope(line: bytes, number: int) -> Envelope:
@@ -59,11 +58,23 @@ def decode_full(line: bytes, number: int) -> dict:
     return message
 
 
-def record_keys(record: msgspec.Raw, number: int, stream: str) -> dict[str, msgspec.Raw]:
-    try:
-        return _top_level.decode(record)
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        raise BadInput(f"line {number}: RECORD for stream {stream!r} must hold a JSON object in 'record'") from None
+class KeyCheck:
+    """Finds the key properties missing from a raw record, decoding only those top-level fields."""
+
+    def __init__(self, keys: list[str]):
+        self.keys = keys
+        fields = [(f"k{index}", object, msgspec.UNSET) for index in range(len(keys))]
+        struct = msgspec.defstruct("Keys", fields, rename={f"k{index}": key for index, key in enumerate(keys)})
+        self._decoder = msgspec.json.Decoder(struct)
+
+    def missing(self, record: msgspec.Raw, number: int, stream: str) -> list[str]:
+        try:
+            found = msgspec.structs.astuple(self._decoder.decode(record))
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            raise BadInput(f"line {number}: RECORD for stream {stream!r} must hold a JSON object in 'record'") from None
+        if msgspec.UNSET not in found:
+            return []
+        return [key for key, value in zip(self.keys, found, strict=True) if value is msgspec.UNSET]
 
 
 def sdc_extracted_at(record: msgspec.Raw) -> Any:
@@ -74,30 +85,33 @@ def sdc_extracted_at(record: msgspec.Raw) -> Any:
 
 
 class TimeParser:
-    """ISO 8601 UTC text to ms, caching whole seconds: most records share a second with a neighbour."""
+    """ISO 8601 UTC text to ms, caching whole seconds: most records share a second with a neighbour.
+
+    The fast path covers the common ``...SS.fffZ`` / ``...SSZ`` forms; anything else goes through
+    the full parser.
+    """
 
     def __init__(self) -> None:
         self._seconds: dict[str, int] = {}
 
     def __call__(self, text: Any) -> int | None:
-        if not isinstance(text, str) or len(text) < 20:
-            return parse_time_ms(text)
-        head, tail = text[:19], text[19:]
-        if tail.endswith("Z"):
-            zone = 1
-        elif tail.endswith("+00:00"):
-            zone = 6
-        else:
-            return parse_time_ms(text)
-        fraction = tail[1:-zone] if tail[0] == "." else tail[:-zone]
-        if fraction and not (tail[0] == "." and fraction.isdigit()):
-            return parse_time_ms(text)
-        seconds = self._seconds.get(head)
-        if seconds is None:
-            parsed = parse_time_ms(head + "Z")
-            if parsed is None:
-                return None
-            if len(self._seconds) > 100_000:
-                self._seconds.clear()
-            seconds = self._seconds[head] = parsed // 1000
-        return seconds * 1000 + (int(fraction[:3].ljust(3, "0")) if fraction else 0)
+        if type(text) is str:
+            seconds = self._seconds.get(text[:19])
+            if seconds is not None:
+                tail = text[19:]
+                if len(tail) == 5 and tail[0] == "." and tail[4] == "Z" and tail[1:4].isdigit():
+                    return seconds * 1000 + int(tail[1:4])
+                if tail == "Z":
+                    return seconds * 1000
+        return self._parse(text)
+
+    def _parse(self, text: Any) -> int | None:
+        parsed = parse_time_ms(text)
+        if parsed is not None and len(text) >= 20:
+            head = text[:19]
+            whole = parse_time_ms(head + "Z")
+            if whole is not None and parsed - whole < 1000 and parsed >= whole:
+                if len(self._seconds) > 100_000:
+                    self._seconds.clear()
+                self._seconds[head] = whole // 1000
+        return parsed

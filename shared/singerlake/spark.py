@@ -17,12 +17,12 @@ LOCAL_DEFAULTS = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
-    "spark.driver.memory": "1g",
+    "spark.driver.memory": "512m",
     # A JVM out of memory must die (and fail the run), never hang.
     "spark.executor.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",
 }
 # Short-lived local driver: C1-compiled code starts faster and our jobs mostly move bytes.
-DRIVER_JAVA_OPTIONS = "-XX:+ExitOnOutOfMemoryError -XX:TieredStopAtLevel=1"
+DRIVER_JAVA_OPTIONS = "-XX:+ExitOnOutOfMemoryError -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def spark_session(

@@ -20,7 +20,7 @@ from singerlake.metadata import blake2_hex, make_record
 from singerlake.paths import StreamPaths, new_file_id, normalise_label
 from singerlake.storage import Storage
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 8 << 20
 RESULT_SCHEMA = "first_chunk long, meta string"
 
 
@@ -38,25 +38,30 @@ class FileJob:
 
 
 def chunk_table(lines: list[bytes], times: list[int], chunk_bytes: int = CHUNK_BYTES):
-    """Group newline-terminated lines into an Arrow table of chunks, in order."""
+    """An Arrow table of chunks of consecutive newline-terminated lines, in order.
+
+    The lines are joined once; the chunks are zero-copy slices of that buffer.
+    """
     import pyarrow as pa
 
-    seqs, blobs, counts, starts, ends = [], [], [], [], []
-    begin, size = 0, 0
+    offsets, counts, starts, ends = [0], [], [], []
+    begin, position, size = 0, 0, 0
     for index, line in enumerate(lines):
         size += len(line)
         if size >= chunk_bytes or index == len(lines) - 1:
             stop = index + 1
-            seqs.append(len(seqs))
-            blobs.append(b"".join(lines[begin:stop]))
+            position += size
+            offsets.append(position)
             counts.append(stop - begin)
             starts.append(min(times[begin:stop]))
             ends.append(max(times[begin:stop]))
             begin, size = stop, 0
+    data = pa.py_buffer(b"".join(lines))
+    chunks = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(counts), [None, pa.array(offsets, pa.int64()).buffers()[1], data])
     return pa.table(
         {
-            "seq": pa.array(seqs, pa.int64()),
-            "data": pa.array(blobs, pa.large_binary()),
+            "seq": pa.array(range(len(counts)), pa.int64()),
+            "data": chunks,
             "records": pa.array(counts, pa.int64()),
             "start": pa.array(starts, pa.int64()),
             "end": pa.array(ends, pa.int64()),
@@ -102,6 +107,25 @@ class _FileBuilder:
         )
 
 
+def _chunks(batch) -> Iterator[tuple[int, memoryview, int, int, int]]:
+    """Rows of a chunk batch, with the data as zero-copy views of the Arrow buffer."""
+    import pyarrow as pa
+
+    data = batch.column("data")
+    width = "q" if pa.types.is_large_binary(data.type) else "i"  # Spark may send binary or large_binary
+    offsets = memoryview(data.buffers()[1]).cast(width)[data.offset : data.offset + len(data) + 1]
+    payload = memoryview(data.buffers()[2])
+    rows = zip(
+        batch.column("seq").to_pylist(),
+        batch.column("records").to_pylist(),
+        batch.column("start").to_pylist(),
+        batch.column("end").to_pylist(),
+        strict=True,
+    )
+    for index, (seq, records, start, end) in enumerate(rows):
+        yield seq, payload[offsets[index] : offsets[index + 1]], records, start, end
+
+
 def write_partition(job: FileJob, batches: Iterator[Any]) -> Iterator[Any]:
     """mapInArrow body: chunks in, one row of metadata per data file written out."""
     import pyarrow as pa
@@ -109,8 +133,7 @@ def write_partition(job: FileJob, batches: Iterator[Any]) -> Iterator[Any]:
     firsts, metas = [], []
     builder = None
     for batch in batches:
-        columns = batch.to_pydict()
-        for seq, data, records, start, end in zip(columns["seq"], columns["data"], columns["records"], columns["start"], columns["end"]):
+        for seq, data, records, start, end in _chunks(batch):
             if builder is None:
                 builder = _FileBuilder(job, seq)
             builder.add(data, records, start, end)
@@ -131,9 +154,8 @@ def default_parallelism(spark) -> int:
         return max(1, int(spark.conf.get("spark.default.parallelism", "2")))
 
 
-def write_with_spark(spark, job: FileJob, lines: list[bytes], times: list[int]) -> list[dict[str, Any]]:
-    """Run one Spark job writing ``lines`` as data files; returns their records in record order."""
-    table = chunk_table(lines, times)
+def write_with_spark(spark, job: FileJob, table) -> list[dict[str, Any]]:
+    """Run one Spark job writing a ``chunk_table`` as data files; returns their records in record order."""
     parallelism = default_parallelism(spark)
     # Spark cuts a local Arrow table into partitions of this many rows: spread chunks over the cores.
     per_partition = max(1, math.ceil(table.num_rows / parallelism))

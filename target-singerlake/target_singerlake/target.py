@@ -7,6 +7,7 @@ raw lines to the core's Lander, which batches them into Spark DataFrames (see SP
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import typing as t
@@ -110,8 +111,8 @@ class TargetSingerlake(Target):
         _setting("lock_wait_seconds", th.NumberType, "How long to wait for another writer's stream-schema lock.", default=600),
         _setting("lock_lease_seconds", th.NumberType, "Lock lease: a lock not refreshed for lease + drift is stale.", default=60),
         _setting("lock_drift_seconds", th.NumberType, "Clock-drift margin added to the lease before a takeover.", default=10),
-        _setting("batch_max_rows", th.IntegerType, "Records per batch (one Spark DataFrame and one commit).", default=200_000),
-        _setting("batch_max_bytes", th.IntegerType, "Bytes of Singer text per batch.", default=64 << 20),
+        _setting("batch_max_rows", th.IntegerType, "Records per batch (one Spark DataFrame and one commit).", default=100_000),
+        _setting("batch_max_bytes", th.IntegerType, "Bytes of Singer text per batch.", default=32 << 20),
         _setting("max_file_bytes", th.IntegerType, "Bytes of Singer text per data file before it is split.", default=256 << 20),
         _setting("max_batch_age_seconds", th.NumberType, "Commit a batch once its first record is this old.", default=300),
         _setting("compression_level", th.IntegerType, "gzip level of data files (1 fastest .. 9 smallest).", default=6),
@@ -130,6 +131,7 @@ class TargetSingerlake(Target):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        logging.getLogger("py4j").setLevel(logging.WARNING)  # one INFO line per Spark call otherwise
         self.message_reader.target = self
         self.lake = self._open_lake()
         self.spark = self._start_spark()
@@ -186,8 +188,8 @@ class TargetSingerlake(Target):
         c = self.config
         return LandingSettings(
             tap_id=self._tap_id(),
-            batch_max_rows=int(c.get("batch_max_rows", 200_000)),
-            batch_max_bytes=int(c.get("batch_max_bytes", 64 << 20)),
+            batch_max_rows=int(c.get("batch_max_rows", 100_000)),
+            batch_max_bytes=int(c.get("batch_max_bytes", 32 << 20)),
             max_file_bytes=int(c.get("max_file_bytes", 256 << 20)),
             max_batch_age_s=float(c.get("max_batch_age_seconds", 300)),
             lock_wait_s=float(c.get("lock_wait_seconds", 600)),
