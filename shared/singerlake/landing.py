@@ -149,7 +149,7 @@ class Lander:
             self.line_number += 1
             if isinstance(line, str):
                 line = line.encode("utf-8")
-            if len(line) < 8 and not line.strip():  # blank line; real messages are longer
+            if (len(line) < 8 or line[:1].isspace()) and not line.strip():  # blank (or whitespace-only) line
                 continue
             envelope = decode_envelope(line, self.line_number)
             kind = envelope.type
@@ -174,6 +174,13 @@ class Lander:
         current = self.schemas.get(stream)
         if current is None:
             raise RecordBeforeSchema(f"line {number}: RECORD for stream {stream!r} arrived before its SCHEMA")
+        if memoryview(envelope.record)[:1] != b"{":  # missing, or not an object (Raw is not checked by type)
+            raise BadInput(f"line {number}: RECORD for stream {stream!r} needs a JSON object in 'record'")
+        if not line.isascii():  # msgspec does not check the UTF-8 inside a Raw value; readers would fail on it
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise BadInput(f"line {number}: RECORD for stream {stream!r} is not valid UTF-8 (byte {exc.start})") from None
         if current.key_check is not None:
             missing = current.key_check.missing(envelope.record, number, stream)
             if missing:

@@ -35,6 +35,7 @@ def spark_session(
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
+    options: dict[str, str] = {}
     if remote:
         builder = builder.remote(remote)
     else:
@@ -42,17 +43,35 @@ def spark_session(
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         # Python workers must run this interpreter (its packages), not whatever "python3" is first on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        builder = builder.master(master)
-        for key, value in LOCAL_DEFAULTS.items():
-            builder = builder.config(key, value)
+        options = {"spark.master": master, "spark.app.name": app_name, **LOCAL_DEFAULTS}
         cds = cds_java_options(java_home) if master.startswith("local") else ""
-        builder = builder.config("spark.driver.extraJavaOptions", f"{DRIVER_JAVA_OPTIONS} {cds}".strip())
-    for key, value in (conf or {}).items():
-        builder = builder.config(key, str(value))
+        options["spark.driver.extraJavaOptions"] = f"{DRIVER_JAVA_OPTIONS} {cds}".strip()
+    options.update((key, str(value)) for key, value in (conf or {}).items())
+    for key, value in options.items():
+        builder = builder.config(key, value)
+    if not remote:
+        _launch_driver_jvm_off_stdout(options)
     session = builder.getOrCreate()
     if not remote:
         session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _launch_driver_jvm_off_stdout(options: dict[str, str]) -> None:
+    """Start the driver JVM as getOrCreate would, but with its stdout sent to our stderr.
+
+    A target's stdout carries Singer messages (STATE) and the JVM inherits it: start-up errors
+    ("Error occurred during initialization of VM"), -verbose:gc or -Xlog output and thread dumps
+    would be printed between the STATE lines. No-op when this process already runs a JVM.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        gateway = launch_gateway(SparkConf().setAll(list(options.items())), popen_kwargs={"stdout": 2})
+        SparkContext._ensure_initialized(gateway=gateway)
 
 
 class SparkStarter:

@@ -207,7 +207,27 @@ class TargetSingerlake(Target):
         sys.stdout.flush()
 
     def process_endofpipe(self) -> None:
-        self.lander.finish()
+        try:
+            self.lander.finish()
+        finally:
+            self._stop_cluster_application()
+
+    def _stop_cluster_application(self) -> None:
+        """Stop a cluster application (local-cluster, spark://, k8s, yarn) so the cluster sees it finish.
+
+        A driver that just exits looks lost to the cluster: local-cluster's workers then relaunch
+        executors during shutdown and log the application as FAILED after a successful run.
+        In-process local mode has nothing to tell and dies with the process (faster).
+        """
+        master = self.config.get("spark_master") or "local[*]"
+        if self.config.get("spark_remote") or master == "local" or master.startswith("local["):
+            return
+        session = self.spark.started()
+        if session is not None:
+            try:
+                session.stop()
+            except Exception as exc:  # Spark already gone: the run's outcome is decided, only report it
+                self.logger.warning("could not stop the Spark application: %s", exc)
 
     def _handle_termination(self, signum, frame) -> None:  # pragma: no cover - exercised by subprocess tests
         lander = getattr(self, "lander", None)

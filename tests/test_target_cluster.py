@@ -1,0 +1,180 @@
+"""target-singerlake on a Spark cluster whose executors are separate processes (local-cluster mode).
+
+``local-cluster[2,1,1024]`` starts a standalone master and two workers inside the driver JVM; each
+executor is its own JVM (``CoarseGrainedExecutorBackend``) and runs the Python workers that write
+the data files. The runs below land into a local lake and into S3 (moto over HTTP) and check the
+lake is complete and correct, and that every data file was written by a process under an
+executor JVM, never by the driver.
+
+Who wrote a file is observed from outside the code under test: the runs get a ``sitecustomize``
+on PYTHONPATH (inherited by the driver, the executors and their Python workers) that wraps the
+storage classes' ``write`` and logs, for each data file key, the writing process and its
+ancestors. A local[*] run is the control: there the writers sit under the driver's JVM, and the
+same check tells them apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from singerlake import Lake
+from test_target_crash import STATE_EVERY, assert_lake_complete, make_input, read_lake, run_to_end, write_config
+
+CLUSTER = "local-cluster[2,1,1024]"
+RECORDS = 20_000
+
+WRITE_PROBE = '''
+"""Test probe: log which process writes each data file (only when SINGERLAKE_TEST_WRITE_LOG is set)."""
+import json
+import os
+import re
+
+LOG = os.environ.get("SINGERLAKE_TEST_WRITE_LOG")
+
+
+def _ancestry(pid):
+    chain = []
+    while pid > 1 and len(chain) < 32:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                cmdline = handle.read().replace(b"\\0", b" ").decode("utf-8", "replace").strip()
+            with open(f"/proc/{pid}/stat") as handle:
+                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        chain.append({"pid": pid, "cmdline": cmdline})
+        pid = parent
+    return chain
+
+
+def _install():
+    from singerlake.storage import LocalStorage, S3Storage
+
+    for cls in (LocalStorage, S3Storage):
+        original = cls.write
+
+        def write(self, key, data, *args, _original=original, **kwargs):
+            result = _original(self, key, data, *args, **kwargs)
+            if key.endswith(".singer.gz"):
+                line = json.dumps({"key": key, "pid": os.getpid(), "ancestry": _ancestry(os.getpid())}) + "\\n"
+                fd = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    os.write(fd, line.encode("utf-8"))
+                finally:
+                    os.close(fd)
+            return result
+
+        cls.write = write
+
+
+if LOG:
+    _install()
+'''
+
+
+@pytest.fixture(scope="module")
+def small_input(tmp_path_factory):
+    return make_input(tmp_path_factory.mktemp("input") / "input.singer.jsonl", records=RECORDS)
+
+
+def probed_env(tmp_path: Path) -> tuple[dict, Path]:
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "sitecustomize.py").write_text(WRITE_PROBE)
+    log = tmp_path / "writes.jsonl"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(probe), env.get("PYTHONPATH")]))
+    env["SINGERLAKE_TEST_WRITE_LOG"] = str(log)
+    return env, log
+
+
+def writers(log: Path) -> dict[str, dict]:
+    """Data file key (relative to the lake root) -> the process that wrote it."""
+    found = {}
+    for line in log.read_text().splitlines():
+        entry = json.loads(line)
+        found[entry["key"]] = entry
+    return found
+
+
+def nearest_jvm(entry: dict) -> dict:
+    """The closest ancestor of the writing process that is a Java process."""
+    for process in entry["ancestry"][1:]:
+        if process["cmdline"].split(" ", 1)[0].endswith("/java"):
+            return process
+    raise AssertionError(f"{entry['key']} was written by pid {entry['pid']}, which has no JVM ancestor: {entry['ancestry']}")
+
+
+SPARK_ERROR = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d ERROR .*$", re.M)  # Spark's log4j console format
+
+
+def land(config: Path, small_input, tmp_path: Path, env: dict):
+    run = run_to_end(config, small_input.lines, tmp_path, "cluster-run", env)
+    assert run.states() == small_input.states, "every STATE, in order, after its records were committed"
+    # The application ends cleanly: no executor relaunches, no "application FAILED" after success.
+    errors = SPARK_ERROR.findall(run.stderr)
+    assert not errors, "a successful run logged Spark errors:\n" + "\n".join(errors[:10])
+    return run
+
+
+def check_written_by_executors(lake: Lake, small_input, log: Path, driver_pid: int) -> None:
+    view = read_lake(lake, small_input)
+    assert_lake_complete(view, small_input)
+    assert not view.orphans and not view.locks
+    committed = set().union(*view.committed.values())
+    assert len(committed) >= RECORDS // STATE_EVERY, "expected several batches of files"
+
+    written = writers(log)
+    missing = committed - set(written)
+    assert not missing, f"committed files the probe never saw written: {sorted(missing)[:3]}"
+    executors = set()
+    for key in committed:
+        entry = written[key]
+        assert entry["pid"] != driver_pid, f"{key} was written by the driver process"
+        jvm = nearest_jvm(entry)
+        assert "CoarseGrainedExecutorBackend" in jvm["cmdline"], (
+            f"{key} was written under a JVM that is not an executor: {jvm['cmdline'][:300]}"
+        )
+        executors.add(jvm["pid"])
+    driver_jvms = {p["pid"] for entry in written.values() for p in entry["ancestry"] if "SparkSubmit" in p["cmdline"]}
+    assert not executors & driver_jvms, "an executor JVM is the driver's JVM"
+
+
+def test_local_cluster_executors_write_a_local_lake(small_input, tmp_path):
+    root = tmp_path / "lake"
+    config = write_config(tmp_path, "config", lake_root=str(root), spark_master=CLUSTER)
+    env, log = probed_env(tmp_path)
+    run = land(config, small_input, tmp_path, env)
+    check_written_by_executors(Lake.open(str(root)), small_input, log, run.proc.pid)
+
+
+def test_local_cluster_executors_write_an_s3_lake(small_input, tmp_path, s3_root):
+    url, options = s3_root
+    settings = {f"s3_{name}": value for name, value in options.items()}
+    config = write_config(tmp_path, "config", lake_root=url, spark_master=CLUSTER, **settings)
+    env, log = probed_env(tmp_path)
+    run = land(config, small_input, tmp_path, env)
+    check_written_by_executors(Lake.open(url, **options), small_input, log, run.proc.pid)
+
+
+def test_probe_control_local_mode_writers_sit_under_the_driver_jvm(small_input, tmp_path):
+    """The check above can fail: in local[*] mode the writers' nearest JVM is the driver's own."""
+    root = tmp_path / "lake"
+    config = write_config(tmp_path, "config", lake_root=str(root), spark_master="local[2]")
+    env, log = probed_env(tmp_path)
+    run = land(config, small_input, tmp_path, env)
+    view = read_lake(Lake.open(str(root)), small_input)
+    assert_lake_complete(view, small_input)
+    written = writers(log)
+    committed = set().union(*view.committed.values())
+    assert committed and committed <= set(written)
+    for key in committed:
+        jvm = nearest_jvm(written[key])
+        assert "CoarseGrainedExecutorBackend" not in jvm["cmdline"]
+        assert "SparkSubmit" in jvm["cmdline"] and any(p["pid"] == run.proc.pid for p in written[key]["ancestry"])
+    with pytest.raises(AssertionError, match="not an executor"):
+        check_written_by_executors(Lake.open(str(root)), small_input, log, run.proc.pid)
