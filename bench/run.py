@@ -96,7 +96,7 @@ def main() -> None:
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
         f"input {args.records:,} records, {size_mb:.0f} MiB"
     )
-    print(f"| target | records | wall s | peak RSS MiB | records/s | wall / target-singerlake | RSS / target-singerlake |")
+    print("| target | records | wall s | peak RSS MiB | records/s | wall / target-singerlake | RSS / target-singerlake |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, count, m in rows:
         print(

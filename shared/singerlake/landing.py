@@ -373,7 +373,10 @@ class Lander:
 
     def _raise_if_failed(self) -> None:
         if self.error is not None:
-            raise LandingError(f"landing failed, nothing after the last emitted STATE was committed: {self.error}") from self.error
+            cause = self.error
+            if isinstance(cause, ConnectionError) or type(cause).__name__.startswith("Py4J"):
+                cause = f"the Spark driver JVM stopped responding (did it die?): {cause}"
+            raise LandingError(f"landing failed, nothing after the last emitted STATE was committed: {cause}") from self.error
 
     # -- ending ----------------------------------------------------------------------------------
     def finish(self) -> None:

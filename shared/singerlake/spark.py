@@ -74,6 +74,19 @@ def _launch_driver_jvm_off_stdout(options: dict[str, str]) -> None:
         SparkContext._ensure_initialized(gateway=gateway)
 
 
+def stop_session(session, master: str) -> None:
+    """Stop a Spark application; local-cluster's per-application logs under SPARK_HOME/work go too."""
+    app_id = session.sparkContext.applicationId
+    session.stop()
+    if master.startswith("local-cluster"):
+        import shutil
+        from pathlib import Path
+
+        import pyspark
+
+        shutil.rmtree(Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent) / "work" / app_id, ignore_errors=True)
+
+
 class SparkStarter:
     """Starts a SparkSession in the background, so the JVM boots while input is being read."""
 

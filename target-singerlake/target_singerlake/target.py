@@ -24,7 +24,7 @@ from singerlake import Lake
 from singerlake.catalogue import ANNOTATIONS
 from singerlake.landing import Lander, LandingSettings, Terminated
 from singerlake.messages import MissingKeyProperties, RecordBeforeSchema
-from singerlake.spark import SparkStarter, spark_session
+from singerlake.spark import SparkStarter, spark_session, stop_session
 from singerlake.spark_write import warm_up
 from singerlake.storage import S3_OPTIONS, StorageError
 
@@ -225,7 +225,7 @@ class TargetSingerlake(Target):
         session = self.spark.started()
         if session is not None:
             try:
-                session.stop()
+                stop_session(session, master)
             except Exception as exc:  # Spark already gone: the run's outcome is decided, only report it
                 self.logger.warning("could not stop the Spark application: %s", exc)
 
