@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -35,7 +36,7 @@ from singerlake.messages import (
 from singerlake.paths import iso_ms, now_ms
 from singerlake.schema_hash import schema_hash
 from singerlake.singer_file import DEFAULT_COMPRESSLEVEL
-from singerlake.spark_write import FileJob, chunk_table, write_with_spark
+from singerlake.spark_write import CHUNK_BYTES, Chunk, FileJob, chunk_table, write_with_spark
 from singerlake.writer import SchemaWriter
 
 log = logging.getLogger("singerlake.landing")
@@ -79,12 +80,35 @@ class StreamSchema:
     segment: Segment | None = None
 
 
-@dataclass
 class Segment:
-    """Consecutive records of one stream under one schema, in arrival order."""
+    """Consecutive records of one stream under one schema, in arrival order, already cut into chunks.
 
-    schema: StreamSchema
-    items: list[tuple[bytes, int]] = field(default_factory=list)
+    Building the chunks while reading keeps per-record work in the reading thread; the drain
+    thread only hands finished buffers to Spark.
+    """
+
+    def __init__(self, schema: StreamSchema, chunk_bytes: int):
+        self.schema = schema
+        self.chunk_bytes = chunk_bytes
+        self.chunks: list[Chunk] = []
+        self.buffer = bytearray()
+        self.start, self.end = math.inf, -math.inf
+
+    def add(self, line: bytes, stamp: int) -> None:
+        if stamp < self.start:
+            self.start = stamp
+        if stamp > self.end:
+            self.end = stamp
+        self.buffer += line
+        if len(self.buffer) >= self.chunk_bytes:
+            self.seal()
+
+    def seal(self) -> list[Chunk]:
+        if self.buffer:
+            self.chunks.append(Chunk(self.buffer, self.buffer.count(b"\n"), self.start, self.end))
+            self.buffer = bytearray()
+            self.start, self.end = math.inf, -math.inf
+        return self.chunks
 
 
 @dataclass
@@ -128,8 +152,8 @@ class Lander:
         self.latest_state: bytes | None = None
         self.scheduled_state: bytes | None = None
         self.error: BaseException | None = None
-        self.critical = False
         self.stop_requested = False
+        self.waiting_for_input = False
         self._jobs: queue.Queue[DrainJob | None] = queue.Queue(maxsize=max(1, settings.queued_batches))
         self._worker = threading.Thread(target=self._drain_loop, name="singerlake-drain", daemon=True)
         self._worker.start()
@@ -143,9 +167,24 @@ class Lander:
         for current in getattr(self, "schemas", {}).values():
             current.segment = None
 
+    def _read(self, lines: Iterable[bytes | str]) -> Iterator[bytes | str]:
+        """The input, marking the only place where SIGTERM may interrupt: waiting for the next line."""
+        source = iter(lines)
+        while True:
+            if self.stop_requested:
+                raise Terminated()
+            self.waiting_for_input = True
+            try:
+                line = next(source, None)
+            finally:
+                self.waiting_for_input = False
+            if line is None:
+                return
+            yield line
+
     def feed(self, lines: Iterable[bytes | str]) -> None:
         """Process input lines; raises BadInput naming the line, Terminated on SIGTERM."""
-        for line in lines:
+        for line in self._read(lines):
             self.line_number += 1
             if isinstance(line, str):
                 line = line.encode("utf-8")
@@ -166,8 +205,6 @@ class Lander:
             else:
                 raise BadInput(f"line {self.line_number}: unknown message type {kind!r}")
             self.counts[kind] += 1
-            if self.stop_requested:
-                raise Terminated()
 
     def _record(self, envelope, line: bytes) -> None:
         number, stream = self.line_number, envelope.stream
@@ -195,9 +232,9 @@ class Lander:
             line += b"\n"
         segment = current.segment
         if segment is None:
-            segment = current.segment = Segment(current)
+            segment = current.segment = Segment(current, CHUNK_BYTES)
             self.batch.setdefault(stream, []).append(segment)
-        segment.items.append((line, stamp))
+        segment.add(line, stamp)
         self.batch_rows += 1
         self.batch_bytes += len(line)
         if self.batch_rows >= self.max_rows or self.batch_bytes >= self.max_bytes:
@@ -275,24 +312,20 @@ class Lander:
 
     def _drain(self) -> None:
         """Hand the batch to the drain thread (waiting while two are already in line)."""
-        self.critical = True  # SIGTERM now only asks; it must not cut a batch in half
-        try:
-            state = self.latest_state if self.latest_state != self.scheduled_state else None
-            job = DrainJob(self.batch, state)
-            if not job.streams and job.state is None:
-                return
-            while True:
-                self._raise_if_failed()
-                try:
-                    self._jobs.put(job, timeout=0.2)
-                    break
-                except queue.Full:
-                    continue
-            if state is not None:
-                self.scheduled_state = state
-            self._new_batch()
-        finally:
-            self.critical = False
+        state = self.latest_state if self.latest_state != self.scheduled_state else None
+        job = DrainJob(self.batch, state)
+        if not job.streams and job.state is None:
+            return
+        while True:
+            self._raise_if_failed()
+            try:
+                self._jobs.put(job, timeout=0.2)
+                break
+            except queue.Full:
+                continue
+        if state is not None:
+            self.scheduled_state = state
+        self._new_batch()
 
     def _drain_loop(self) -> None:
         while True:
@@ -347,9 +380,8 @@ class Lander:
             self.settings.compresslevel,
             self.settings.work_id,
         )
-        items, segment.items = segment.items, []
-        table = chunk_table([line for line, _ in items], [stamp for _, stamp in items])
-        del items  # only the joined copy stays: memory is one batch, not three
+        table = chunk_table(segment.seal())
+        segment.chunks = []  # the table holds the only copy now
         started = time.monotonic()
         records = write_with_spark(self.spark(), job, table)
         writer.commit(records)
@@ -381,11 +413,9 @@ class Lander:
     # -- ending ----------------------------------------------------------------------------------
     def finish(self) -> None:
         """Drain and commit everything, emit the last STATE received, release the locks."""
-        self.critical = True
         try:
             if self.batch or (self.latest_state is not None and self.latest_state != self.scheduled_state):
                 self._drain()
-                self.critical = True
             self._stop_worker()
             self._raise_if_failed()
         finally:
@@ -393,7 +423,6 @@ class Lander:
 
     def abort(self) -> None:
         """After bad input: batches already handed over still commit; the current one is dropped."""
-        self.critical = True
         try:
             self._stop_worker()
             if self.error is not None:
@@ -420,7 +449,8 @@ class Lander:
         self.writers.clear()
 
     def request_stop(self) -> None:
-        """From a signal handler: stop reading at once, unless a batch is being handed over."""
+        """From a signal handler: stop reading. Raises only while blocked on input, so no message
+        is ever half processed; otherwise the reading loop stops before its next line."""
         self.stop_requested = True
-        if not self.critical:
+        if self.waiting_for_input:
             raise Terminated()

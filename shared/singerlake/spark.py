@@ -18,6 +18,9 @@ LOCAL_DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.driver.memory": "512m",
+    # Batches go to the JVM as an RDD, not as rows inside the query plan: plan-held batches stay on
+    # the heap until the ContextCleaner catches up, and back-to-back jobs then exhaust it.
+    "spark.sql.execution.arrow.localRelationThreshold": "0",
     # A JVM out of memory must die (and fail the run), never hang.
     "spark.executor.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",
 }

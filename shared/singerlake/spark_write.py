@@ -37,34 +37,32 @@ class FileJob:
     work_id: str | None
 
 
-def chunk_table(lines: list[bytes], times: list[int], chunk_bytes: int = CHUNK_BYTES):
-    """An Arrow table of chunks of consecutive newline-terminated lines, in order.
+@dataclass
+class Chunk:
+    """Consecutive newline-terminated lines, their count and time range."""
 
-    The lines are joined once; the chunks are zero-copy slices of that buffer.
-    """
+    data: bytes | bytearray
+    records: int
+    start: int
+    end: int
+
+
+def chunk_table(chunks: list[Chunk]):
+    """The Arrow table a segment's DataFrame is made from: one row per chunk, in order."""
     import pyarrow as pa
 
-    offsets, counts, starts, ends = [0], [], [], []
-    begin, position, size = 0, 0, 0
-    for index, line in enumerate(lines):
-        size += len(line)
-        if size >= chunk_bytes or index == len(lines) - 1:
-            stop = index + 1
-            position += size
-            offsets.append(position)
-            counts.append(stop - begin)
-            starts.append(min(times[begin:stop]))
-            ends.append(max(times[begin:stop]))
-            begin, size = stop, 0
-    data = pa.py_buffer(b"".join(lines))
-    chunks = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(counts), [None, pa.array(offsets, pa.int64()).buffers()[1], data])
+    offsets = [0]
+    for chunk in chunks:
+        offsets.append(offsets[-1] + len(chunk.data))
+    joined = pa.py_buffer(b"".join(chunk.data for chunk in chunks))  # the one copy of the batch
+    data = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(chunks), [None, pa.array(offsets, pa.int64()).buffers()[1], joined])
     return pa.table(
         {
-            "seq": pa.array(range(len(counts)), pa.int64()),
-            "data": chunks,
-            "records": pa.array(counts, pa.int64()),
-            "start": pa.array(starts, pa.int64()),
-            "end": pa.array(ends, pa.int64()),
+            "seq": pa.array(range(len(chunks)), pa.int64()),
+            "data": data,
+            "records": pa.array([c.records for c in chunks], pa.int64()),
+            "start": pa.array([c.start for c in chunks], pa.int64()),
+            "end": pa.array([c.end for c in chunks], pa.int64()),
         }
     )
 
@@ -175,7 +173,6 @@ def _warm_partition(batches: Iterator[Any]) -> Iterator[Any]:
 
 def warm_up(spark) -> None:
     """Start the Python workers and load their imports while the first batch is still being read."""
-    lines = [b"{}\n"] * (2 * default_parallelism(spark))
-    table = chunk_table(lines, [0] * len(lines), chunk_bytes=1)
+    table = chunk_table([Chunk(b"{}\n", 1, 0, 0)] * (2 * default_parallelism(spark)))
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2")
     spark.createDataFrame(table).mapInArrow(_warm_partition, RESULT_SCHEMA).collect()
