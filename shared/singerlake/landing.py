@@ -164,7 +164,7 @@ class Lander:
         self.batch_rows = 0
         self.batch_bytes = 0
         self.batch_started = time.monotonic()
-        for current in getattr(self, "schemas", {}).values():
+        for current in self.schemas.values():
             current.segment = None
 
     def _read(self, lines: Iterable[bytes | str]) -> Iterator[bytes | str]:

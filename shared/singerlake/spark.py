@@ -17,7 +17,7 @@ LOCAL_DEFAULTS = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
-    "spark.driver.memory": "512m",
+    "spark.driver.memory": "640m",
     # Batches go to the JVM as an RDD, not as rows inside the query plan: plan-held batches stay on
     # the heap until the ContextCleaner catches up, and back-to-back jobs then exhaust it.
     "spark.sql.execution.arrow.localRelationThreshold": "0",
