@@ -1,4 +1,4 @@
-"""Demo: land a Singer message file in a local lake through the core, then read it back with Spark.
+"""Demo (the README's main job): land a Singer message file with target-singerlake, then read it back.
 
 Usage: python demo/land_sample.py [INPUT] [LAKE_ROOT]
 """
@@ -6,52 +6,33 @@ Usage: python demo/land_sample.py [INPUT] [LAKE_ROOT]
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-from singerlake import Lake, SchemaWriter
+from singerlake import Lake
 from singerlake.cli import describe_lake
-from singerlake.paths import now_ms
-from singerlake.singer_file import record_time_ms
 from singerlake.spark import spark_session
 
 HERE = Path(__file__).parent
 
 
-def land(input_path: Path, lake: Lake, tap_id: str) -> dict[str, int]:
-    writers: dict[str, SchemaWriter] = {}
-    batches: dict[str, tuple[list[bytes], list[int]]] = {}
-    sent: dict[str, int] = {}
-
-    def flush(stream: str) -> None:
-        lines, times = batches.pop(stream, ([], []))
-        if lines:
-            writer = writers[stream]
-            writer.commit([writer.write_file(lines, times)])
-
-    with open(input_path, "rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            message = json.loads(raw)
-            stream = message.get("stream")
-            if message["type"] == "SCHEMA":
-                new = SchemaWriter(lake, tap_id, message, schema_line=raw.rstrip(b"\n"))
-                old = writers.get(stream)
-                if old is None or old.schema_hash != new.schema_hash:
-                    flush(stream)
-                    if old:
-                        old.close()
-                    writers[stream] = new.open()
-            elif message["type"] == "RECORD":
-                if stream not in writers:
-                    raise SystemExit(f"{input_path}:{number}: RECORD for {stream!r} before its SCHEMA")
-                lines, times = batches.setdefault(stream, ([], []))
-                lines.append(raw.rstrip(b"\n"))
-                times.append(record_time_ms(message, now_ms()))
-                sent[stream] = sent.get(stream, 0) + 1
-    for stream, writer in writers.items():
-        flush(stream)
-        writer.close()
-    return sent
+def land(input_path: Path, root: Path, tap_id: str) -> list[str]:
+    """Pipe the input through the target (Spark local[*]); returns the STATE lines it printed."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as config:
+        json.dump({"lake_root": str(root), "tap_id": tap_id}, config)
+        config.flush()
+        with open(input_path, "rb") as source:
+            run = subprocess.run(
+                [str(Path(sys.executable).parent / "target-singerlake"), "--config", config.name],
+                stdin=source,
+                capture_output=True,
+                text=True,
+            )
+    if run.returncode != 0:
+        raise SystemExit(f"target-singerlake failed:\n{run.stderr[-3000:]}")
+    return run.stdout.splitlines()
 
 
 def count_with_spark(root: Path) -> int:
@@ -66,9 +47,10 @@ def count_with_spark(root: Path) -> int:
 def main() -> None:
     input_path = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "sample.singer.jsonl"
     root = Path(sys.argv[2] if len(sys.argv) > 2 else "singerlake").absolute()
+    sent = sum(1 for line in open(input_path, "rb") if json.loads(line)["type"] == "RECORD")
+    states = land(input_path, root, "tap-demo")
     lake = Lake.open(str(root))
-    sent = land(input_path, lake, "tap-demo")
-    print(f"landed {sum(sent.values())} records from {input_path} into {root}")
+    print(f"landed {sent} records from {input_path} into {root}; last STATE: {states[-1] if states else None}")
     print(json.dumps(describe_lake(lake), indent=1, ensure_ascii=False))
     counted = count_with_spark(root)
     print(f"Spark local[*] reads back {counted} RECORD messages from the lake's .singer.gz files")
