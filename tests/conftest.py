@@ -69,3 +69,12 @@ def storage(request, tmp_path):
         return LocalStorage(tmp_path / "lake")
     url, options = request.getfixturevalue("s3_root")
     return S3Storage(url, **options)
+
+
+@pytest.fixture(params=["local", "s3"])
+def lake_spec(request, tmp_path) -> dict:
+    """A lake root as plain data (so child processes can open it too): {"url", "options"}."""
+    if request.param == "local":
+        return {"url": str(tmp_path / "lake"), "options": {}}
+    url, options = request.getfixturevalue("s3_root")
+    return {"url": url, "options": options}

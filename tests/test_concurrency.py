@@ -7,52 +7,32 @@ lock of its own stream-schema and committing fenced, one data file per commit.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from children import open_spec, spawn
 from singerlake.commit import CommitRejected, commit_files, register_writer
 from singerlake.lake import Lake
 from singerlake.lock import Lock
 from singerlake.paths import StreamPaths, now_ms
 from singerlake.schema_hash import schema_hash
 from singerlake.singer_file import write_data_file
-from singerlake.storage import open_storage
 
 TAP = "tap-concurrency"
 STREAM = "events"
 
-_BOOT = (
-    "import importlib.util, json, sys\n"
-    "spec = importlib.util.spec_from_file_location('_concurrency_child', sys.argv[1])\n"
-    "module = importlib.util.module_from_spec(spec)\n"
-    "spec.loader.exec_module(module)\n"
-    "getattr(module, sys.argv[2])(*json.loads(sys.argv[3]))\n"
-)
+
+def _child(function: str, *args):
+    return spawn(__file__, function, *args)
 
 
-def _child(function: str, *args) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-c", _BOOT, __file__, function, json.dumps(args)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+_open = open_spec
 
 
-def _open(spec: dict):
-    return open_storage(spec["url"], **spec["options"])
-
-
-@pytest.fixture(params=["local", "s3"])
-def root(request, tmp_path) -> dict:
-    """A lake root as plain data (so child processes can open it too): {"url", "options"}."""
-    if request.param == "local":
-        return {"url": str(tmp_path / "lake"), "options": {}}
-    url, options = request.getfixturevalue("s3_root")
-    return {"url": url, "options": options}
+@pytest.fixture
+def root(lake_spec) -> dict:
+    return lake_spec
 
 
 def _schema(name: str) -> tuple[dict, list[str], str, bytes]:

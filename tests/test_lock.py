@@ -9,17 +9,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from children import open_spec, spawn
 from singerlake.commit import CommitRejected
 from singerlake.lake import Lake
 from singerlake.lock import Lock, LockLost, LockTimeout, read_lock
 from singerlake.paths import StreamPaths, now_ms
-from singerlake.storage import open_storage
 from singerlake.writer import SchemaWriter
 
 TAP = "tap-locktest"
@@ -31,37 +30,17 @@ SCHEMA_MESSAGE = {
 }
 LOCK_KEY = StreamPaths(TAP, "orders").lock("0123456789abc")  # where a stream-schema's lock lives
 
-# A child process: load this file by path and call one of its module-level functions.
-_BOOT = (
-    "import importlib.util, json, sys\n"
-    "spec = importlib.util.spec_from_file_location('_lock_child', sys.argv[1])\n"
-    "module = importlib.util.module_from_spec(spec)\n"
-    "spec.loader.exec_module(module)\n"
-    "getattr(module, sys.argv[2])(*json.loads(sys.argv[3]))\n"
-)
+
+def _child(function: str, *args):
+    return spawn(__file__, function, *args)
 
 
-def _child(function: str, *args) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-c", _BOOT, __file__, function, json.dumps(args)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+_open = open_spec
 
 
-def _open(spec: dict):
-    return open_storage(spec["url"], **spec["options"])
-
-
-@pytest.fixture(params=["local", "s3"])
-def root(request, tmp_path) -> dict:
-    """A lake root as plain data (so child processes can open it too): {"url", "options"}."""
-    if request.param == "local":
-        return {"url": str(tmp_path / "lake"), "options": {}}
-    url, options = request.getfixturevalue("s3_root")
-    return {"url": url, "options": options}
+@pytest.fixture
+def root(lake_spec) -> dict:
+    return lake_spec
 
 
 # -- 1. many processes, one holder -----------------------------------------------------------------
