@@ -515,6 +515,8 @@ def test_spark_that_cannot_start_fails_the_run_clearly(singer_input, tmp_path, s
     assert code != 0
     stderr = run.stderr
     assert "Spark failed to start" in stderr and reason in stderr, stderr[-5000:]
+    if "spark_conf" in settings:  # the user's own Spark settings are named as the cause
+        assert "setting 'spark_conf'" in stderr, stderr[-5000:]
     assert run.lines == [], "a STATE was emitted although nothing was committed"
     view = read_lake(Lake.open(str(root)), singer_input)
     assert not any(view.records.values()) and not view.orphans

@@ -24,7 +24,7 @@ from singerlake import Lake
 from singerlake.catalogue import ANNOTATIONS
 from singerlake.landing import Lander, LandingSettings, Terminated
 from singerlake.messages import MissingKeyProperties, RecordBeforeSchema
-from singerlake.spark import SparkStarter, spark_session, stop_session
+from singerlake.spark import SparkStarter, SparkStartError, spark_session, stop_session
 from singerlake.spark_write import warm_up
 from singerlake.storage import S3_OPTIONS, StorageError
 
@@ -180,8 +180,11 @@ class TargetSingerlake(Target):
             return spark
 
         starter = SparkStarter(start)
-        if conf:
-            starter()  # user settings: fail on a bad one before reading any input
+        if conf:  # user settings: fail on a bad one before reading any input
+            try:
+                starter()
+            except SparkStartError as exc:
+                raise ConfigError(f"setting 'spark_conf' (or spark_master/spark_remote): {exc}") from exc
         return starter
 
     def _landing_settings(self) -> LandingSettings:
