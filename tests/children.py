@@ -32,3 +32,23 @@ def spawn(module_file: str, function: str, *args) -> subprocess.Popen:
 def open_spec(spec: dict):
     """Open a lake root given as plain data {"url", "options"} (what child processes receive)."""
     return open_storage(spec["url"], **spec["options"])
+
+
+def run_together(children: list[subprocess.Popen], timeout: float) -> None:
+    """Wait until every child says "ready", release them at the same moment, and wait for all.
+
+    Children still running afterwards (after a failure) are killed. The timeout only detects hangs.
+    """
+    try:
+        for child in children:
+            assert child.stdout.readline().strip() == "ready", child.stderr.read()
+        for child in children:
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        for child in children:
+            _, err = child.communicate(timeout=timeout)
+            assert child.returncode == 0, err
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()

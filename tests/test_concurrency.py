@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from children import open_spec, spawn
+from children import open_spec, run_together, spawn
 from singerlake.commit import CommitRejected, commit_files, register_writer
 from singerlake.lake import Lake
 from singerlake.lock import Lock
@@ -75,19 +75,7 @@ def test_concurrent_writers_append_every_commit_exactly_once(root, tmp_path):
     writers, commits = 4, 50
     outs = [tmp_path / f"writer-{n}.json" for n in range(writers)]
     children = [_child("_commit_child", root, f"field_{n}", commits, str(out)) for n, out in enumerate(outs)]
-    try:
-        for child in children:
-            assert child.stdout.readline().strip() == "ready", child.stderr.read()
-        for child in children:  # start them all at once
-            child.stdin.write("go\n")
-            child.stdin.flush()
-        for child in children:
-            _, err = child.communicate(timeout=300)
-            assert child.returncode == 0, err
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
+    run_together(children, timeout=300)
     results = [json.loads(out.read_text()) for out in outs]
 
     manifest = Lake(_open(root)).manifest(TAP, STREAM)  # parses and validates the stored manifest

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from children import open_spec, spawn
+from children import open_spec, run_together, spawn
 from singerlake.commit import CommitRejected
 from singerlake.lake import Lake
 from singerlake.lock import Lock, LockLost, LockTimeout, read_lock
@@ -73,19 +73,7 @@ def test_processes_racing_for_one_lock_hold_it_one_at_a_time(root, tmp_path):
     processes, rounds = 8, 2
     outs = [tmp_path / f"held-{n}.json" for n in range(processes)]
     children = [_child("_race_child", root, key, rounds, 0.1, str(out)) for out in outs]
-    try:
-        for child in children:
-            assert child.stdout.readline().strip() == "ready", child.stderr.read()
-        for child in children:  # start them all at once
-            child.stdin.write("go\n")
-            child.stdin.flush()
-        for child in children:
-            _, err = child.communicate(timeout=120)
-            assert child.returncode == 0, err
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
+    run_together(children, timeout=120)
 
     held = [interval for out in outs for interval in json.loads(out.read_text())]
     assert len(held) == processes * rounds
