@@ -13,6 +13,7 @@ import io
 import json
 import os
 import re
+import select
 import shutil
 import subprocess
 import sys
@@ -812,3 +813,28 @@ def test_cli_about_lists_settings_and_marks_secrets():
     assert "object" in json.dumps(settings["spark_conf"]["type"])
     # SDK record settings that a raw zone ignores are not offered.
     assert not {"add_record_metadata", "load_method", "flattening_enabled"} & set(settings)
+
+
+# -- a paused tap ----------------------------------------------------------------------------------
+def test_a_paused_tap_still_gets_its_batch_committed_and_its_state_emitted(local_lake, tmp_path):
+    """Records then STATE arrive, then the input goes quiet (stdin stays open): once the batch is
+    older than max_batch_age_seconds it is committed and the STATE printed, without more input."""
+    config_file = tmp_path / "config.json"
+    config_file.write_text(json.dumps({**local_lake.config, "max_batch_age_seconds": 1}))
+    lines = [schema_msg("users", USERS, ["id"])]
+    lines += [record_msg("users", {"id": n, "name": f"u{n}"}, "2024-01-01T00:00:00Z") for n in range(3)]
+    lines.append(state_msg({"bookmarks": {"users": 3}}))
+    proc = subprocess.Popen([CLI, "--config", str(config_file)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        proc.stdin.write(joined(lines))
+        proc.stdin.flush()
+        ready, _, _ = select.select([proc.stdout], [], [], 120)  # a hang detector, not a speed limit
+        assert ready, "no STATE while the input was paused: the old batch was never committed"
+        emitted = proc.stdout.readline()
+        assert json.loads(emitted) == {"bookmarks": {"users": 3}}
+        assert local_lake.stored("users") == lines[1:4]  # committed before the STATE went out
+        proc.stdin.close()
+        assert proc.wait(timeout=300) == 0, proc.stderr.read().decode()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -157,6 +157,11 @@ class Lander:
         self._jobs: queue.Queue[DrainJob | None] = queue.Queue(maxsize=max(1, settings.queued_batches))
         self._worker = threading.Thread(target=self._drain_loop, name="singerlake-drain", daemon=True)
         self._worker.start()
+        # The batch belongs to whoever holds this: the reading loop per message, or the age watch.
+        self._mutex = threading.Lock()
+        self._stopped = threading.Event()
+        self._watch = threading.Thread(target=self._watch_age, name="singerlake-batch-age", daemon=True)
+        self._watch.start()
 
     # -- reading ---------------------------------------------------------------------------------
     def _new_batch(self) -> None:
@@ -185,26 +190,31 @@ class Lander:
     def feed(self, lines: Iterable[bytes | str]) -> None:
         """Process input lines; raises BadInput naming the line, Terminated on SIGTERM."""
         for line in self._read(lines):
-            self.line_number += 1
-            if isinstance(line, str):
-                line = line.encode("utf-8")
-            if (len(line) < 8 or line[:1].isspace()) and not line.strip():  # blank (or whitespace-only) line
-                continue
-            envelope = decode_envelope(line, self.line_number)
-            kind = envelope.type
-            if kind == "RECORD":
-                self._record(envelope, line)
-            elif kind == "STATE":
-                self._state(line)
-            elif kind == "SCHEMA":
-                self._schema(line)
-            elif kind == "ACTIVATE_VERSION":
-                self._activate_version(line)
-            elif kind == "BATCH":
-                self._batch_message(line)
-            else:
-                raise BadInput(f"line {self.line_number}: unknown message type {kind!r}")
-            self.counts[kind] += 1
+            with self._mutex:
+                self._message(line)
+
+    def _message(self, line: bytes | str) -> None:
+        """One input message; the caller holds the batch mutex."""
+        self.line_number += 1
+        if isinstance(line, str):
+            line = line.encode("utf-8")
+        if (len(line) < 8 or line[:1].isspace()) and not line.strip():  # blank (or whitespace-only) line
+            return
+        envelope = decode_envelope(line, self.line_number)
+        kind = envelope.type
+        if kind == "RECORD":
+            self._record(envelope, line)
+        elif kind == "STATE":
+            self._state(line)
+        elif kind == "SCHEMA":
+            self._schema(line)
+        elif kind == "ACTIVATE_VERSION":
+            self._activate_version(line)
+        elif kind == "BATCH":
+            self._batch_message(line)
+        else:
+            raise BadInput(f"line {self.line_number}: unknown message type {kind!r}")
+        self.counts[kind] += 1
 
     def _record(self, envelope, line: bytes) -> None:
         number, stream = self.line_number, envelope.stream
@@ -306,6 +316,18 @@ class Lander:
                 raise BadInput(f"{exc} (in BATCH file {source})") from None
 
     # -- draining --------------------------------------------------------------------------------
+    def _watch_age(self) -> None:
+        """Commit an old batch even while no input arrives (a slow or paused tap), so its STATE goes out."""
+        interval = min(1.0, max(0.05, self.settings.max_batch_age_s / 4))
+        while not self._stopped.wait(interval):
+            if self._mutex.acquire(blocking=False):  # else the reader is busy and checks ages itself
+                try:
+                    self._drain_if_old()
+                except LandingError:
+                    pass  # the reading thread reports it on its next drain or at the end
+                finally:
+                    self._mutex.release()
+
     def _drain_if_old(self) -> None:
         if self.batch_rows and time.monotonic() - self.batch_started >= self.settings.max_batch_age_s:
             self._drain()
@@ -413,6 +435,7 @@ class Lander:
     # -- ending ----------------------------------------------------------------------------------
     def finish(self) -> None:
         """Drain and commit everything, emit the last STATE received, release the locks."""
+        self._stop_watch()
         try:
             if self.batch or (self.latest_state is not None and self.latest_state != self.scheduled_state):
                 self._drain()
@@ -423,12 +446,17 @@ class Lander:
 
     def abort(self) -> None:
         """After bad input: batches already handed over still commit; the current one is dropped."""
+        self._stop_watch()
         try:
             self._stop_worker()
             if self.error is not None:
                 log.error("a batch before the failure could not be committed either: %s", self.error)
         finally:
             self.close()
+
+    def _stop_watch(self) -> None:
+        self._stopped.set()
+        self._watch.join()
 
     def _stop_worker(self) -> None:
         while self._worker.is_alive():
