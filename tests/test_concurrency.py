@@ -23,18 +23,6 @@ TAP = "tap-concurrency"
 STREAM = "events"
 
 
-def _child(function: str, *args):
-    return spawn(__file__, function, *args)
-
-
-_open = open_spec
-
-
-@pytest.fixture
-def root(lake_spec) -> dict:
-    return lake_spec
-
-
 def _schema(name: str) -> tuple[dict, list[str], str, bytes]:
     """A schema of its own per writer: (schema, key properties, schema hash, SCHEMA line)."""
     schema = {"type": "object", "properties": {"id": {"type": "integer"}, name: {"type": "string"}}}
@@ -52,7 +40,7 @@ def _write(storage, paths: StreamPaths, schema_hash_: str, schema_line: bytes, n
 
 
 def _commit_child(spec: dict, name: str, commits: int, out: str) -> None:
-    storage = _open(spec)
+    storage = open_spec(spec)
     paths = StreamPaths(TAP, STREAM)
     schema, keys, hash_, line = _schema(name)
     lock = Lock(storage, paths.lock(hash_), lease_s=60, drift_s=10, wait_s=30)
@@ -71,14 +59,14 @@ def _commit_child(spec: dict, name: str, commits: int, out: str) -> None:
     Path(out).write_text(json.dumps({"writer_id": lock.writer_id, "schema_hash": hash_, "files": done}))
 
 
-def test_concurrent_writers_append_every_commit_exactly_once(root, tmp_path):
+def test_concurrent_writers_append_every_commit_exactly_once(lake_spec, tmp_path):
     writers, commits = 4, 50
     outs = [tmp_path / f"writer-{n}.json" for n in range(writers)]
-    children = [_child("_commit_child", root, f"field_{n}", commits, str(out)) for n, out in enumerate(outs)]
+    children = [spawn(__file__, "_commit_child", lake_spec, f"field_{n}", commits, str(out)) for n, out in enumerate(outs)]
     run_together(children, timeout=300)
     results = [json.loads(out.read_text()) for out in outs]
 
-    manifest = Lake(_open(root)).manifest(TAP, STREAM)  # parses and validates the stored manifest
+    manifest = Lake(open_spec(lake_spec)).manifest(TAP, STREAM)  # parses and validates the stored manifest
     total = writers * commits
     assert manifest.commits == total
     assert len(manifest.files) == total
@@ -102,8 +90,8 @@ def test_concurrent_writers_append_every_commit_exactly_once(root, tmp_path):
 # -- all or nothing -----------------------------------------------------------------------------------
 
 
-def test_commit_of_several_files_is_all_or_nothing(root):
-    storage = _open(root)
+def test_commit_of_several_files_is_all_or_nothing(lake_spec):
+    storage = open_spec(lake_spec)
     lake = Lake(storage)
     paths = StreamPaths(TAP, STREAM)
     schema, keys, hash_, line = _schema("mine")

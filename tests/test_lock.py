@@ -31,23 +31,11 @@ SCHEMA_MESSAGE = {
 LOCK_KEY = StreamPaths(TAP, "orders").lock("0123456789abc")  # where a stream-schema's lock lives
 
 
-def _child(function: str, *args):
-    return spawn(__file__, function, *args)
-
-
-_open = open_spec
-
-
-@pytest.fixture
-def root(lake_spec) -> dict:
-    return lake_spec
-
-
 # -- 1. many processes, one holder -----------------------------------------------------------------
 
 
 def _race_child(spec: dict, key: str, rounds: int, hold_s: float, out: str) -> None:
-    storage = _open(spec)
+    storage = open_spec(spec)
     lock = Lock(storage, key, lease_s=2, drift_s=1, wait_s=60, poll_s=0.05)
     storage.exists(key)  # connect before the start signal, so all children start on an equal footing
     print("ready", flush=True)
@@ -68,11 +56,11 @@ def _race_child(spec: dict, key: str, rounds: int, hold_s: float, out: str) -> N
     Path(out).write_text(json.dumps(held))
 
 
-def test_processes_racing_for_one_lock_hold_it_one_at_a_time(root, tmp_path):
+def test_processes_racing_for_one_lock_hold_it_one_at_a_time(lake_spec, tmp_path):
     key = LOCK_KEY
     processes, rounds = 8, 2
     outs = [tmp_path / f"held-{n}.json" for n in range(processes)]
-    children = [_child("_race_child", root, key, rounds, 0.1, str(out)) for out in outs]
+    children = [spawn(__file__, "_race_child", lake_spec, key, rounds, 0.1, str(out)) for out in outs]
     run_together(children, timeout=120)
 
     held = [interval for out in outs for interval in json.loads(out.read_text())]
@@ -88,23 +76,23 @@ def test_processes_racing_for_one_lock_hold_it_one_at_a_time(root, tmp_path):
     instants = sorted({h["start"] for h in held} | {h["end"] for h in held})
     for t in instants:
         assert sum(h["start"] <= t < h["end"] for h in held) <= 1
-    assert read_lock(_open(root), key) is None  # the last holder released it
+    assert read_lock(open_spec(lake_spec), key) is None  # the last holder released it
 
 
 # -- 2. a killed holder is taken over only after lease + drift -----------------------------------------
 
 
 def _hold_child(spec: dict, key: str) -> None:
-    lock = Lock(_open(spec), key, lease_s=2, drift_s=1, heartbeat=True).acquire()
+    lock = Lock(open_spec(spec), key, lease_s=2, drift_s=1, heartbeat=True).acquire()
     print(f"held {lock.writer_id}", flush=True)
     time.sleep(300)
 
 
-def test_killed_holder_is_taken_over_only_after_lease_plus_drift(root):
-    storage = _open(root)
+def test_killed_holder_is_taken_over_only_after_lease_plus_drift(lake_spec):
+    storage = open_spec(lake_spec)
     key = LOCK_KEY
     lease_s, drift_s = 2.0, 1.0
-    holder = _child("_hold_child", root, key)
+    holder = spawn(__file__, "_hold_child", lake_spec, key)
     try:
         line = holder.stdout.readline().split()
         assert line[:1] == ["held"], holder.stderr.read()
@@ -156,8 +144,8 @@ def _lines(*ids: int) -> tuple[list[bytes], list[int]]:
     return [json.dumps({"type": "RECORD", "stream": "orders", "record": {"id": i}}).encode() for i in ids], [stamp] * len(ids)
 
 
-def test_stale_holders_commit_is_rejected_and_its_files_stay_invisible(root):
-    lake = Lake(_open(root))
+def test_stale_holders_commit_is_rejected_and_its_files_stay_invisible(lake_spec):
+    lake = Lake(open_spec(lake_spec))
     a = SchemaWriter(lake, TAP, SCHEMA_MESSAGE, lease_s=1, drift_s=0.5, wait_s=5)
     a.lock.heartbeat = False  # A stalls: it never refreshes, so its lease runs out
     a.open()
@@ -192,11 +180,17 @@ def test_stale_holders_commit_is_rejected_and_its_files_stay_invisible(root):
 # -- 4. releasing after a takeover leaves the new owner alone ------------------------------------------
 
 
-def test_release_after_takeover_does_not_clobber_the_new_owner(root):
-    storage = _open(root)
-    key = LOCK_KEY
+def _taken_over(storage, key: str) -> tuple[Lock, Lock]:
+    """A holds the lock without refreshing it; B waits out A's lease and takes it over."""
     a = Lock(storage, key, lease_s=1, drift_s=0.5, heartbeat=False).acquire()
     b = Lock(storage, key, lease_s=1, drift_s=0.5, wait_s=30, poll_s=0.05).acquire()
+    return a, b
+
+
+def test_release_after_takeover_does_not_clobber_the_new_owner(lake_spec):
+    storage = open_spec(lake_spec)
+    key = LOCK_KEY
+    a, b = _taken_over(storage, key)
     try:
         assert b.writer_id != a.writer_id
         assert a.release() is False
@@ -210,11 +204,10 @@ def test_release_after_takeover_does_not_clobber_the_new_owner(root):
     assert read_lock(storage, key) is None
 
 
-def test_holder_that_was_taken_over_learns_it_on_refresh(root):
-    storage = _open(root)
+def test_holder_that_was_taken_over_learns_it_on_refresh(lake_spec):
+    storage = open_spec(lake_spec)
     key = LOCK_KEY
-    a = Lock(storage, key, lease_s=1, drift_s=0.5, heartbeat=False).acquire()
-    b = Lock(storage, key, lease_s=1, drift_s=0.5, wait_s=30, poll_s=0.05).acquire()
+    a, b = _taken_over(storage, key)
     try:
         with pytest.raises(LockLost):
             a.refresh()
@@ -229,8 +222,8 @@ def test_holder_that_was_taken_over_learns_it_on_refresh(root):
 # -- 5. writer ids are never reused -----------------------------------------------------------------
 
 
-def test_writer_id_is_never_reused(root):
-    storage = _open(root)
+def test_writer_id_is_never_reused(lake_spec):
+    storage = open_spec(lake_spec)
     key = LOCK_KEY
     lock = Lock(storage, key, lease_s=5, drift_s=1, wait_s=5, poll_s=0.05)
     ids = []
