@@ -7,7 +7,7 @@ from typing import Any
 from singerlake import catalogue as cat
 from singerlake.commit import compare_and_swap, update_manifest
 from singerlake.manifest import Manifest
-from singerlake.paths import NAME_FILE, RAW, ROOT_METADATA, StreamPaths, decode_segment, is_truncated
+from singerlake.paths import NAME_FILE, RAW, ROOT_METADATA, StreamPaths, catalogue_key, decode_segment, is_truncated, tap_dir
 from singerlake.scan import scan_stream
 from singerlake.storage import NotFound, PreconditionFailed, Storage, open_storage
 
@@ -55,8 +55,8 @@ class Lake:
         return sorted(self._name_of(RAW, segment) for segment in self.storage.list_dirs(f"{RAW}/"))
 
     def listed_streams(self, tap_id: str) -> list[str]:
-        tap_dir = StreamPaths(tap_id, "_").tap_dir
-        return sorted(self._name_of(tap_dir, segment) for segment in self.storage.list_dirs(f"{tap_dir}/"))
+        parent = tap_dir(tap_id)
+        return sorted(self._name_of(parent, segment) for segment in self.storage.list_dirs(f"{parent}/"))
 
     # -- reading, with fallbacks ---------------------------------------------------------------
     def root_metadata(self) -> dict[str, Any]:
@@ -68,7 +68,7 @@ class Lake:
     def rebuild_root_metadata(self, keep: dict | None = None) -> dict[str, Any]:
         root = keep or cat.empty_root()
         for tap_id in self.listed_taps():
-            root = cat.upsert_tap(root, tap_id, StreamPaths(tap_id, "_").tap_dir)
+            root = cat.upsert_tap(root, tap_id, tap_dir(tap_id))
         return root
 
     def taps(self) -> list[str]:
@@ -87,7 +87,7 @@ class Lake:
             return scan_stream(self.storage, paths)
 
     def catalogue(self, tap_id: str) -> dict[str, Any]:
-        key = StreamPaths(tap_id, "_").catalogue
+        key = catalogue_key(tap_id)
         try:
             return cat.load(self.storage.read(key).data, self.storage.url_of(key), "catalogue")
         except NotFound:
@@ -119,11 +119,11 @@ class Lake:
         self.register_tap(manifest.tap_id, annotations)
 
     def register_tap(self, tap_id: str, annotations: dict[str, Any] | None = None) -> None:
-        tap_dir = StreamPaths(tap_id, "_").tap_dir
+        tap_path = tap_dir(tap_id)
 
         def change_root(current: bytes | None) -> bytes | None:
             base = self.rebuild_root_metadata() if current is None else cat.load(current, ROOT_METADATA, "root")
-            updated = cat.upsert_tap(base, tap_id, tap_dir, annotations)
+            updated = cat.upsert_tap(base, tap_id, tap_path, annotations)
             return None if current is not None and updated == base else cat.dump(updated)
 
         compare_and_swap(self.storage, ROOT_METADATA, change_root)

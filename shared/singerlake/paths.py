@@ -155,6 +155,14 @@ def file_id_ms(file_id: str) -> int:
     return int(file_id[:12], 16)
 
 
+def tap_dir(tap_id: str) -> str:
+    return f"{RAW}/{encode_segment(tap_id)}"
+
+
+def catalogue_key(tap_id: str) -> str:
+    return f"{tap_dir(tap_id)}/{CATALOGUE}"
+
+
 @dataclass(frozen=True)
 class StreamPaths:
     """Keys of one stream's objects, from its original tap id and stream name."""
@@ -164,7 +172,7 @@ class StreamPaths:
 
     @property
     def tap_dir(self) -> str:
-        return f"{RAW}/{encode_segment(self.tap_id)}"
+        return tap_dir(self.tap_id)
 
     @property
     def stream_dir(self) -> str:
@@ -176,7 +184,7 @@ class StreamPaths:
 
     @property
     def catalogue(self) -> str:
-        return f"{self.tap_dir}/{CATALOGUE}"
+        return catalogue_key(self.tap_id)
 
     def schema_dir(self, schema_hash: str) -> str:
         return f"{self.stream_dir}/{schema_hash}"
