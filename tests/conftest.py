@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from lakes import LakeUnderTest, local_lake_at, s3_lake_at
 from singerlake.storage import LocalStorage, S3Storage
 
 S3_KEYS = {"access_key_id": "testing", "secret_access_key": "testing-secret", "region": "us-east-1"}
@@ -78,3 +79,15 @@ def lake_spec(request, tmp_path) -> dict:
         return {"url": str(tmp_path / "lake"), "options": {}}
     url, options = request.getfixturevalue("s3_root")
     return {"url": url, "options": options}
+
+
+@pytest.fixture(params=["local", "s3"])
+def lake(request, tmp_path) -> LakeUnderTest:
+    if request.param == "local":
+        return local_lake_at(tmp_path)
+    return s3_lake_at(request.getfixturevalue("s3_root"))
+
+
+@pytest.fixture
+def local_lake(tmp_path) -> LakeUnderTest:
+    return local_lake_at(tmp_path)

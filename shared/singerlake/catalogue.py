@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -77,3 +78,15 @@ def upsert_tap(root: dict, tap_id: str, tap_dir: str, annotations: dict[str, Any
             entry[name] = value
     taps[tap_id] = entry
     return {**root, "spec_version": SPEC_VERSION, "taps": dict(sorted(taps.items()))}
+
+
+def replay_schema(manifest: Manifest) -> dict[str, Any]:
+    """One schema every stored record of the stream fits: the latest version's, plus the
+    properties that only older versions had (a reader replaying old files must not drop them)."""
+    ordered = sorted(manifest.versions.values(), key=lambda v: int(v["version"][1:]), reverse=True)
+    merged = copy.deepcopy(ordered[0]["schema"])
+    properties = merged.setdefault("properties", {})
+    for older in ordered[1:]:
+        for name, spec in older["schema"].get("properties", {}).items():
+            properties.setdefault(name, copy.deepcopy(spec))
+    return merged

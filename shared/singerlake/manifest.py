@@ -116,7 +116,7 @@ def validate_manifest(doc: Any, source: str) -> None:
         if not isinstance(doc.get(name), str) or not doc[name]:
             fail(f"field {name!r} must be a non-empty string")
     commits = doc.get("commits")
-    if not isinstance(commits, int) or isinstance(commits, bool) or commits < 0:
+    if not _is_count(commits):
         fail(f"field 'commits' must be a non-negative integer, got {commits!r}")
     versions = doc.get("versions")
     if not isinstance(versions, dict):
@@ -150,8 +150,10 @@ def validate_manifest(doc: Any, source: str) -> None:
         if entry["schema_hash"] not in versions:
             fail(f"{where}: schema_hash {entry['schema_hash']} has no entry in 'versions'")
         commit = entry.get("commit")
-        if not isinstance(commit, int) or isinstance(commit, bool) or not 1 <= commit <= commits:
+        if not _is_count(commit) or not 1 <= commit <= commits:
             fail(f"{where}: field 'commit' must be an integer in 1..{commits}, got {commit!r}")
+        if "runs" in entry:
+            _validate_runs(entry, f"{source}: {where}")
     if not isinstance(doc.get("writers", {}), dict):
         fail("field 'writers' must be an object")
     activations = doc.get("activate_versions", [])
@@ -159,5 +161,28 @@ def validate_manifest(doc: Any, source: str) -> None:
         fail("field 'activate_versions' must be a list")
     for index, entry in enumerate(activations):
         after = entry.get("after_commit") if isinstance(entry, dict) else None
-        if not isinstance(after, int) or isinstance(after, bool) or not 0 <= after <= commits:
+        if not _is_count(after) or not after <= commits:
             fail(f"activate_versions[{index}]: field 'after_commit' must be an integer in 0..{commits}")
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _validate_runs(entry: dict, where: str) -> None:
+    """``runs``: the record positions a compacted file holds, ascending, adding up to its records (SPEC.md §11)."""
+    runs = entry["runs"]
+    if not isinstance(runs, list) or not runs:
+        raise InvalidMetadata(f"{where}: field 'runs' must be a non-empty list")
+    previous = (0, 0)
+    for index, run in enumerate(runs):
+        ok = isinstance(run, dict) and all(_is_count(run.get(k)) for k in ("commit", "first", "records"))
+        if not ok or run["records"] == 0 or not 1 <= run["commit"] <= entry["commit"]:
+            raise InvalidMetadata(f"{where}: runs[{index}] must be {{commit: 1..{entry['commit']}, first: int >= 0, records: int >= 1}}")
+        if (run["commit"], run["first"]) < previous:
+            raise InvalidMetadata(f"{where}: runs[{index}] is out of order (runs must ascend by commit, then first)")
+        previous = (run["commit"], run["first"] + run["records"])
+    if sum(run["records"] for run in runs) != entry["records"]:
+        raise InvalidMetadata(
+            f"{where}: field 'runs' adds up to {sum(r['records'] for r in runs)} records, 'records' says {entry['records']}"
+        )

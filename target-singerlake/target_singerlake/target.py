@@ -24,11 +24,10 @@ from singerlake import Lake
 from singerlake.catalogue import ANNOTATIONS
 from singerlake.landing import Lander, LandingSettings, Terminated
 from singerlake.messages import MissingKeyProperties, RecordBeforeSchema
+from singerlake.settings import LAKE_LOCATION, lake_root, storage_options
 from singerlake.spark import SparkStarter, SparkStartError, spark_session, stop_session
 from singerlake.spark_write import warm_up
-from singerlake.storage import S3_OPTIONS, StorageError
-
-S3_SECRETS = ("access_key_id", "secret_access_key", "session_token")
+from singerlake.storage import StorageError
 
 
 class ConfigError(ValueError):
@@ -90,20 +89,12 @@ class TargetSingerlake(Target):
         TargetCapabilities.VALIDATE_RECORDS,
     ]
     config_jsonschema = th.PropertiesList(
-        _setting(
-            "lake_root", th.StringType, "Lake root: a local path, a file:// URL or an s3://bucket/prefix URL.", default="./singerlake"
-        ),
+        *(_setting(s.name, th.StringType, s.description, secret=s.secret, default=s.default) for s in LAKE_LOCATION),
         _setting(
             "tap_id",
             th.StringType,
             "Tap id the streams are filed under (raw/<tap_id>/...). Defaults to $MELTANO_EXTRACTOR_NAME when run by Meltano.",
         ),
-        _setting("s3_region", th.StringType, "S3 region (default: the standard AWS configuration)."),
-        _setting("s3_profile", th.StringType, "AWS profile name for S3 credentials."),
-        _setting("s3_endpoint_url", th.StringType, "S3 endpoint URL, for MinIO and other S3-compatible stores."),
-        _setting("s3_access_key_id", th.StringType, "S3 access key id (default: the standard credential chain).", secret=True),
-        _setting("s3_secret_access_key", th.StringType, "S3 secret access key.", secret=True),
-        _setting("s3_session_token", th.StringType, "S3 session token, for temporary credentials.", secret=True),
         _setting("owner", th.StringType, "Owner of this tap's data (person or team), recorded in raw/singerlake.json."),
         _setting("description", th.StringType, "What this tap's data is for, recorded in raw/singerlake.json."),
         _setting("docs_url", th.StringType, "Link to the tap's documentation, recorded in raw/singerlake.json."),
@@ -152,10 +143,8 @@ class TargetSingerlake(Target):
         return tap_id
 
     def _open_lake(self) -> Lake:
-        options = {name: self.config.get(f"s3_{name}") for name in S3_OPTIONS}
-        root = self.config.get("lake_root") or "./singerlake"
         try:
-            lake = Lake.open(root, **options)
+            lake = Lake.open(lake_root(self.config), **storage_options(self.config))
             lake.storage.check_writable()
         except StorageError as exc:
             raise ConfigError(f"setting 'lake_root': {exc}") from exc

@@ -1,0 +1,309 @@
+"""Replaying a stream exactly: files in commit order, from a bookmark, inside a time window (SPEC.md §11).
+
+Every record has a **position**: the commit that first made it visible and its index among that
+commit's records. A bookmark is the position reached, so it names records, not files: a later
+compaction that rewrites files (keeping each record's position in ``runs``) cannot make a reader
+replay what it already emitted.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import logging
+import tempfile
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from singerlake.manifest import Manifest
+from singerlake.messages import BadInput, TimeParser, decode_envelope, sdc_extracted_at
+from singerlake.singer_file import CorruptFile
+from singerlake.storage import NotFound, Storage
+
+CHUNK = 1 << 20
+SPOOL_IN_MEMORY = 16 << 20  # remote files larger than this are spooled to a temp file while verified
+
+log = logging.getLogger(__name__)
+
+
+class BadBookmark(ValueError):
+    """A state bookmark that does not fit the lake; the message names the stream."""
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """All records before this point are replayed: commits < ``commit``, and the first ``records`` of ``commit``."""
+
+    commit: int
+    records: int
+
+    def to_bookmark(self) -> dict[str, int]:
+        return {"commit": self.commit, "records": self.records}
+
+    @classmethod
+    def from_bookmark(cls, value: Any, stream: str) -> Position | None:
+        if value is None:
+            return None
+        ok = isinstance(value, dict) and all(type(value.get(k)) is int and value[k] >= 0 for k in ("commit", "records"))
+        if not ok:
+            raise BadBookmark(f"stream {stream!r}: state bookmark 'position' must be {{'commit': int, 'records': int}}, got {value!r}")
+        return cls(value["commit"], value["records"])
+
+
+@dataclass(frozen=True)
+class Run:
+    """Records ``first`` .. ``first + records - 1`` of commit ``commit``, stored consecutively in one file."""
+
+    commit: int
+    first: int
+    records: int
+
+
+def file_runs(manifest: Manifest) -> list[tuple[dict, list[Run]]]:
+    """Each file with the record positions it holds, in replay order.
+
+    A file as written holds one run: its commit, after the records of earlier files of that commit.
+    A file that replaced others (compaction) lists its runs explicitly in its entry's ``runs``.
+    """
+    before: Counter[int] = Counter()  # records of each commit in the files seen so far
+    placed = []
+    for entry in manifest.files:
+        if "runs" in entry:
+            runs = [Run(r["commit"], r["first"], r["records"]) for r in entry["runs"]]
+        else:
+            runs = [Run(entry["commit"], before[entry["commit"]], entry["records"])]
+        for run in runs:
+            before[run.commit] += run.records
+        placed.append((entry, runs))
+    placed.sort(key=lambda item: (item[1][0].commit, item[1][0].first))
+    return placed
+
+
+def already_replayed(runs: list[Run], after: Position | None) -> int:
+    """How many records of a file (a prefix, since runs ascend) lie before the bookmark."""
+    if after is None:
+        return 0
+    done = 0
+    for run in runs:
+        if run.commit < after.commit:
+            done += run.records
+        elif run.commit == after.commit:
+            done += min(max(after.records - run.first, 0), run.records)
+    return done
+
+
+@dataclass(frozen=True)
+class Window:
+    """Record times ``start_ms <= t < end_ms``; either bound may be open (None)."""
+
+    start_ms: int | None = None
+    end_ms: int | None = None
+
+    def covers_all(self, entry: dict) -> bool:
+        return (self.start_ms is None or entry["start"] >= self.start_ms) and (self.end_ms is None or entry["end"] < self.end_ms)
+
+    def misses(self, entry: dict) -> bool:
+        return (self.start_ms is not None and entry["end"] < self.start_ms) or (self.end_ms is not None and entry["start"] >= self.end_ms)
+
+    def contains(self, ms: int) -> bool:
+        return (self.start_ms is None or ms >= self.start_ms) and (self.end_ms is None or ms < self.end_ms)
+
+
+# -- what a replay yields ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Schema:
+    """The schema version of the records that follow: the file's stored SCHEMA line and its parts."""
+
+    schema_hash: str
+    line: bytes
+    schema: dict
+    key_properties: list[str]
+
+
+@dataclass(frozen=True)
+class Lines:
+    """Whole RECORD lines, byte for byte as stored, each ending in ``\\n``."""
+
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Activate:
+    version: int
+
+
+@dataclass(frozen=True)
+class Reached:
+    """Everything up to ``position`` has been yielded: a safe bookmark."""
+
+    position: Position
+
+
+# -- reading files ----------------------------------------------------------------------------------
+def open_verified(storage: Storage, entry: dict) -> BinaryIO:
+    """The stored bytes of a data file, checked against the manifest's size and blake2 hash first,
+    so not one record of a damaged file is emitted. Seekable sources are hashed in place; remote
+    ones are spooled (to disk when large) while hashed: memory stays flat either way."""
+    name = storage.url_of(entry["path"])
+    try:
+        source = storage.open_read(entry["path"])
+    except NotFound:
+        raise CorruptFile(f"{name}: missing from storage, though the manifest lists it") from None
+    if source.seekable():
+        target = source
+    else:
+        target = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY)
+    try:
+        digest, size = hashlib.blake2b(digest_size=16), 0
+        while chunk := source.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+            if target is not source:
+                target.write(chunk)
+        if size != entry["size"]:
+            raise CorruptFile(f"{name}: size is {size} bytes, the manifest says {entry['size']} (truncated or replaced)")
+        if digest.hexdigest() != entry["hash"]:
+            raise CorruptFile(f"{name}: blake2 hash {digest.hexdigest()} differs from the manifest's {entry['hash']}")
+        target.seek(0)
+        return target
+    except BaseException:
+        target.close()
+        raise
+    finally:
+        if target is not source:
+            source.close()
+
+
+def record_time(line: bytes, parse: TimeParser) -> int | None:
+    """A stored record's time (SPEC.md §1), or None when the message carries none of its own."""
+    envelope = decode_envelope(line, 0)
+    found = parse(envelope.time_extracted)
+    if found is None:
+        found = parse(sdc_extracted_at(envelope.record))
+    return found
+
+
+class StreamReplay:
+    """The events replaying one stream after ``after`` inside ``window``."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        manifest: Manifest,
+        after: Position | None = None,
+        window: Window | None = None,
+        skip_corrupt: bool = False,
+    ):
+        self.storage = storage
+        self.manifest = manifest
+        self.after = after
+        self.window = window or Window()
+        self.skip_corrupt = skip_corrupt
+        self.files_opened: list[str] = []
+        self.files_skipped: list[str] = []
+        self._times = TimeParser()
+        self._check_bookmark()
+
+    def _check_bookmark(self) -> None:
+        if self.after is not None and self.after.commit > self.manifest.commits:
+            raise BadBookmark(
+                f"stream {self.manifest.stream!r}: the state bookmark is at commit {self.after.commit}, but the lake has "
+                f"only {self.manifest.commits} commits for it. The lake was rebuilt or the state belongs to another lake; "
+                "clear the stream's state to replay it from the start."
+            )
+
+    def events(self) -> Iterator[Schema | Lines | Activate | Reached]:
+        placed = file_runs(self.manifest)
+        commit_sizes: Counter[int] = Counter()
+        for _, runs in placed:
+            for run in runs:
+                commit_sizes[run.commit] += run.records
+        activations = sorted(self.manifest.activate_versions, key=lambda a: a["after_commit"])
+        position = self.after or Position(0, 0)
+        current_hash = None
+        for entry, runs in placed:
+            while activations and activations[0]["after_commit"] < runs[0].commit:
+                yield from self._activate(activations.pop(0), commit_sizes)
+            skip = already_replayed(runs, self.after)
+            last = runs[-1]
+            position = max(position, Position(last.commit, last.first + last.records))
+            if skip >= entry["records"] or self.window.misses(entry):
+                continue  # nothing new, or outside the window: never opened
+            try:
+                for event in self._read_file(entry, skip):
+                    if isinstance(event, Schema):
+                        if event.schema_hash == current_hash:
+                            continue
+                        current_hash = event.schema_hash
+                    yield event
+            except CorruptFile as exc:
+                if not self.skip_corrupt:
+                    raise
+                log.warning("skipping a corrupt file; its records are not replayed: %s", exc)
+                self.files_skipped.append(entry["path"])
+            yield Reached(position)
+        for activation in activations:
+            yield from self._activate(activation, commit_sizes)
+
+    def _activate(self, activation: dict, commit_sizes: Counter[int]) -> Iterator[Activate | Reached]:
+        after_commit = activation["after_commit"]
+        place = Position(after_commit, commit_sizes[after_commit])
+        if self.after is None or self.after < place:
+            yield Activate(activation["version"])
+            yield Reached(place)
+
+    def _read_file(self, entry: dict, skip: int) -> Iterator[Schema | Lines]:
+        name = self.storage.url_of(entry["path"])
+        self.files_opened.append(entry["path"])
+        with open_verified(self.storage, entry) as stored, gzip.GzipFile(fileobj=stored, mode="rb") as unzipped:
+            try:
+                schema_line = unzipped.readline()
+                yield self._schema(entry, schema_line, name)
+                if skip == 0 and self.window.covers_all(entry):
+                    yield from _blocks(unzipped)
+                else:
+                    yield from self._filtered(unzipped, skip, entry, name)
+            except (OSError, EOFError, zlib.error) as exc:
+                raise CorruptFile(f"{name}: corrupt or truncated gzip: {exc}") from exc
+
+    def _filtered(self, unzipped: BinaryIO, skip: int, entry: dict, name: str) -> Iterator[Lines]:
+        """A file only partly wanted: the first ``skip`` records are replayed already; some may lie outside the window."""
+        by_time = not self.window.covers_all(entry)
+        for index, line in enumerate(unzipped):
+            if index < skip:
+                continue
+            if by_time:
+                try:
+                    ms = record_time(line, self._times)
+                except BadInput as exc:
+                    raise CorruptFile(f"{name}: record {index + 1}: {exc}") from None
+                if ms is not None and not self.window.contains(ms):
+                    continue  # a record without a time of its own belongs to its file's span: kept
+            yield Lines(line)
+
+    def _schema(self, entry: dict, line: bytes, name: str) -> Schema:
+        try:
+            is_schema = decode_envelope(line, 1).type == "SCHEMA"
+        except BadInput:
+            is_schema = False
+        if not is_schema:
+            raise CorruptFile(f"{name}: the first line is not a SCHEMA message")
+        version = self.manifest.versions[entry["schema_hash"]]
+        return Schema(entry["schema_hash"], line, version["schema"], version["key_properties"])
+
+
+def _blocks(unzipped: BinaryIO) -> Iterator[Lines]:
+    """Whole lines in ~1 MiB blocks: one write per block instead of one per record."""
+    carry = b""
+    while chunk := unzipped.read(CHUNK):
+        cut = chunk.rfind(b"\n") + 1
+        if cut == 0:
+            carry += chunk
+            continue
+        yield Lines(carry + chunk[:cut])
+        carry = chunk[cut:]
+    if carry:
+        yield Lines(carry + b"\n")  # data files end every line with \n (SPEC.md §4); be lenient on read
