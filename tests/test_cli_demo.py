@@ -42,6 +42,7 @@ def test_demo_lands_sample_and_spark_reads_it_back(demo_lake):
     total = sum(sample_counts().values())
     assert f"landed {total} records" in stdout
     assert f"Spark local[*] reads back {total} RECORD messages" in stdout
+    assert f"tap-singerlake replays {total} records; byte-identical to the input, per stream and in order: True" in stdout
     assert (root / "raw" / "singerlake.json").exists()
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from lakes import TAP, joined, land, schema_msg, state_msg
 from test_tap import of_type, replay, schema_in_force
 

@@ -12,10 +12,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from lakes import joined, land, record_msg, schema_msg
 from singer_sdk.testing import get_tap_test_class
 from tap_singerlake.tap import TapSingerlake
-
-from lakes import joined, land, record_msg, schema_msg
 from test_tap import of_type, replay
 
 SUITE_AREA = Path(tempfile.mkdtemp(prefix="singerlake-tap-suite-"))

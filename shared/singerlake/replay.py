@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import logging
 import tempfile
 import zlib
@@ -152,10 +153,7 @@ def open_verified(storage: Storage, entry: dict) -> BinaryIO:
         source = storage.open_read(entry["path"])
     except NotFound:
         raise CorruptFile(f"{name}: missing from storage, though the manifest lists it") from None
-    if source.seekable():
-        target = source
-    else:
-        target = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY)
+    target = source if _is_local_file(source) else tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY)
     try:
         digest, size = hashlib.blake2b(digest_size=16), 0
         while chunk := source.read(CHUNK):
@@ -175,6 +173,15 @@ def open_verified(storage: Storage, entry: dict) -> BinaryIO:
     finally:
         if target is not source:
             source.close()
+
+
+def _is_local_file(source: BinaryIO) -> bool:
+    """Local files are hashed, then re-read from the start; a remote object is downloaded only once."""
+    try:
+        source.fileno()
+        return True
+    except (OSError, io.UnsupportedOperation):
+        return False
 
 
 def record_time(line: bytes, parse: TimeParser) -> int | None:
@@ -217,19 +224,17 @@ class StreamReplay:
 
     def events(self) -> Iterator[Schema | Lines | Activate | Reached]:
         placed = file_runs(self.manifest)
-        commit_sizes: Counter[int] = Counter()
+        self._commit_sizes = Counter()
         for _, runs in placed:
             for run in runs:
-                commit_sizes[run.commit] += run.records
-        activations = sorted(self.manifest.activate_versions, key=lambda a: a["after_commit"])
-        position = self.after or Position(0, 0)
+                self._commit_sizes[run.commit] += run.records
+        self._pending = sorted(self.manifest.activate_versions, key=lambda a: a["after_commit"])
+        self._position = self.after or Position(0, 0)
         current_hash = None
         for entry, runs in placed:
-            while activations and activations[0]["after_commit"] < runs[0].commit:
-                yield from self._activate(activations.pop(0), commit_sizes)
+            yield from self._activations(before_commit=runs[0].commit)
             skip = already_replayed(runs, self.after)
-            last = runs[-1]
-            position = max(position, Position(last.commit, last.first + last.records))
+            self._position = max(self._position, Position(runs[-1].commit, runs[-1].first + runs[-1].records))
             if skip >= entry["records"] or self.window.misses(entry):
                 continue  # nothing new, or outside the window: never opened
             try:
@@ -244,16 +249,19 @@ class StreamReplay:
                     raise
                 log.warning("skipping a corrupt file; its records are not replayed: %s", exc)
                 self.files_skipped.append(entry["path"])
-            yield Reached(position)
-        for activation in activations:
-            yield from self._activate(activation, commit_sizes)
+            yield Reached(self._position)
+        yield from self._activations(before_commit=None)
+        yield Reached(self._position)  # also covers files passed at the end without opening them
 
-    def _activate(self, activation: dict, commit_sizes: Counter[int]) -> Iterator[Activate | Reached]:
-        after_commit = activation["after_commit"]
-        place = Position(after_commit, commit_sizes[after_commit])
-        if self.after is None or self.after < place:
-            yield Activate(activation["version"])
-            yield Reached(place)
+    def _activations(self, before_commit: int | None) -> Iterator[Activate | Reached]:
+        """ACTIVATE_VERSION messages placed before ``before_commit`` (all when None), unless replayed already."""
+        while self._pending and (before_commit is None or self._pending[0]["after_commit"] < before_commit):
+            activation = self._pending.pop(0)
+            place = Position(activation["after_commit"], self._commit_sizes[activation["after_commit"]])
+            if self.after is None or self.after < place:
+                yield Activate(activation["version"])
+                self._position = max(self._position, place)
+                yield Reached(self._position)
 
     def _read_file(self, entry: dict, skip: int) -> Iterator[Schema | Lines]:
         name = self.storage.url_of(entry["path"])
