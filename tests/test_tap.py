@@ -372,3 +372,19 @@ def test_catalog_selection_and_stream_maps_go_through_the_sdk(local_lake, tmp_pa
     assert len(records) == len(sent_records(data, "users"))
     assert all("name" not in r and "email" not in r and r["id_text"] == str(r["id"]) for r in records)
     assert last_state(out)["bookmarks"]["users"]["position"]["commit"] >= 1
+
+
+def test_about_describes_every_setting_and_marks_secrets(tmp_path):
+    result = subprocess.run([TAP_CLI, "--about", "--format", "json"], capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr.decode()
+    about = json.loads(result.stdout)
+    settings = about["settings"]["properties"]
+    for name in ("lake_root", "tap_id", "streams", "start_date", "end_date", "on_corrupt_file", "s3_endpoint_url"):
+        assert settings[name].get("description"), name
+    assert {name for name, spec in settings.items() if spec.get("secret")} == {
+        "s3_access_key_id",
+        "s3_secret_access_key",
+        "s3_session_token",
+    }
+    assert "batch" not in about["capabilities"] and "batch_config" not in settings
+    assert {"catalog", "state", "discover", "stream-maps"} <= set(about["capabilities"])

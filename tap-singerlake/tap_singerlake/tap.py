@@ -19,6 +19,7 @@ import typing as t
 
 from singer_sdk import Stream, Tap
 from singer_sdk import typing as th
+from singer_sdk.helpers.capabilities import PluginCapabilities, TapCapabilities
 from singer_sdk.mapper import SameRecordTransform
 from singer_sdk.singerlib.json import deserialize_json
 from singerlake import Lake, LakeNotFound, UnknownTap
@@ -88,7 +89,20 @@ def _stdout_writer() -> t.Callable[[bytes], t.Any]:
 
 
 class TapSingerlake(Tap):
+    """Replays a Singerlake (local or S3) exactly, in commit order, incrementally, optionally within a time window."""
+
     name = "tap-singerlake"
+    # No BATCH: a BATCH message would be written after the STATE of the files it holds.
+    capabilities: t.ClassVar[list] = [
+        TapCapabilities.CATALOG,
+        TapCapabilities.STATE,
+        TapCapabilities.DISCOVER,
+        TapCapabilities.ACTIVATE_VERSION,
+        PluginCapabilities.ABOUT,
+        PluginCapabilities.STREAM_MAPS,
+        PluginCapabilities.FLATTENING,
+        PluginCapabilities.STRUCTURED_LOGGING,
+    ]
     config_jsonschema = th.PropertiesList(
         *(th.Property(s.name, th.StringType, description=s.description, secret=s.secret, default=s.default) for s in LAKE_LOCATION),
         th.Property("tap_id", th.StringType, description="Which tap's data to replay (a tap id under raw/ in the lake)."),

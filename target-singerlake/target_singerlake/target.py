@@ -78,6 +78,8 @@ def _setting(name: str, kind, description: str, **kwargs) -> th.Property:
 
 
 class TargetSingerlake(Target):
+    """Lands any tap's streams losslessly in a Singerlake (local or S3) through Spark, committing atomically."""
+
     name = "target-singerlake"
     default_sink_class = UnusedSink
     message_reader_class = LakeReader
