@@ -1,4 +1,9 @@
-"""The ``singerlake`` command: lake jobs. Every command takes the lake root first."""
+"""The ``singerlake`` command: lake jobs. Every command takes the lake root first.
+
+S3 roots use the standard AWS configuration (environment, profile) plus --s3-* options.
+Jobs that read many files (verify, repair, compact) run on Spark (--spark-master, default local[*]).
+Exit codes: 0 success (verify: clean), 1 verify found problems, 2 error.
+"""
 
 from __future__ import annotations
 
@@ -6,58 +11,165 @@ import argparse
 import json
 import sys
 
+from singerlake.describe import describe_lake, describe_text, stream_locks
 from singerlake.lake import Lake
-from singerlake.storage import StorageError
+from singerlake.metadata import InvalidMetadata
+from singerlake.storage import PreconditionFailed, StorageError
+
+MIB = 1 << 20
 
 
-def describe_lake(lake: Lake) -> dict:
-    """Taps, streams, versions, files, records and bytes, from the metadata (or a scan)."""
-    taps = {}
-    for tap_id in lake.taps():
-        streams = {}
-        for stream in lake.streams(tap_id):
-            manifest = lake.manifest(tap_id, stream)
-            streams[stream] = {
-                "versions": {info["version"]: schema_hash for schema_hash, info in manifest.versions.items()},
-                "files": len(manifest.files),
-                "records": sum(f["records"] for f in manifest.files),
-                "bytes": sum(f["size"] for f in manifest.files),
-                "commits": manifest.commits,
-            }
-        taps[tap_id] = streams
-    return {"root": lake.storage.url, "taps": taps}
-
-
-def cmd_ls(args: argparse.Namespace) -> int:
-    lake = Lake.open(args.root)
+def open_lake(args: argparse.Namespace) -> Lake:
+    options = {"region": args.s3_region, "profile": args.s3_profile, "endpoint_url": args.s3_endpoint_url}
+    lake = Lake.open(args.root, **options)
     lake.check_exists()
-    report = describe_lake(lake)
-    if args.json:
-        print(json.dumps(report, indent=1, ensure_ascii=False))
-        return 0
-    print(f"lake {report['root']}")
-    for tap_id, streams in report["taps"].items():
-        print(f"  tap {tap_id}")
-        for stream, info in streams.items():
-            versions = ", ".join(f"{label}={h}" for label, h in info["versions"].items())
-            print(
-                f"    {stream}: {info['records']} records in {info['files']} files, "
-                f"{info['bytes']} bytes, {info['commits']} commits; versions {versions}"
-            )
+    return lake
+
+
+def start_spark(args: argparse.Namespace):
+    from singerlake.spark import spark_session
+
+    return spark_session(master=args.spark_master, app_name=f"singerlake {args.command}")
+
+
+def progress(args: argparse.Namespace, label: str):
+    from singerlake.jobs import Progress
+
+    return Progress(label, enabled=False if args.json else None)
+
+
+def emit(args: argparse.Namespace, doc, text: str) -> None:
+    print(json.dumps(doc, indent=1, ensure_ascii=False) if args.json else text)
+
+
+# -- commands ------------------------------------------------------------------------------------
+def cmd_ls(args: argparse.Namespace) -> int:
+    report = describe_lake(open_lake(args))
+    emit(args, report, describe_text(report))
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from singerlake.verify import verify
+
+    lake = open_lake(args)
+    spark = None if args.no_hashes else start_spark(args)
+    findings = verify(lake, spark, check_hashes=not args.no_hashes, progress=progress(args, "verify"))
+    summary = f"{len(findings)} problem(s) found" if findings else "clean: metadata and storage agree"
+    emit(args, {"clean": not findings, "findings": [f.to_dict() for f in findings]}, "\n".join([*map(str, findings), summary]))
+    return 1 if findings else 0
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    from singerlake.repair import repair
+
+    lake = open_lake(args)
+    actions = repair(lake, start_spark(args), apply=args.apply, progress=progress(args, "repair"))
+    verb = "done" if args.apply else "would do (dry run; --apply to change the lake)"
+    text = "\n".join([*map(str, actions), f"{len(actions)} change(s) {verb}" if actions else "nothing to repair"])
+    emit(args, {"applied": args.apply, "actions": [a.to_dict() for a in actions]}, text)
+    return 0
+
+
+def cmd_vacuum(args: argparse.Namespace) -> int:
+    from singerlake.vacuum import parse_duration, vacuum
+
+    lake = open_lake(args)
+    deletions = vacuum(lake, parse_duration(args.retention), apply=args.apply)
+    freed = sum(d.size for d in deletions)
+    verb = "deleted" if args.apply else "would be deleted (dry run; --apply to delete)"
+    text = "\n".join([*map(str, deletions), f"{len(deletions)} file(s), {freed:,} bytes {verb}"])
+    emit(args, {"applied": args.apply, "deletions": [d.to_dict() for d in deletions]}, text)
+    return 0
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    from singerlake.compact import compact
+
+    lake = open_lake(args)
+    results = compact(
+        lake, start_spark(args), args.tap, args.stream, target_bytes=int(args.target_size_mib * MIB), progress=progress(args, "compact")
+    )
+    text = "\n".join(
+        f"{r.stream}: {r.files_before:,} -> {r.files_after:,} files ({r.groups} merged, {r.bytes_merged:,} bytes)" for r in results
+    )
+    emit(args, [r.to_dict() for r in results], text or "no streams")
+    return 0
+
+
+def cmd_project(args: argparse.Namespace) -> int:
+    from singerlake.project import project
+
+    lake = open_lake(args)
+    results = project(lake, start_spark(args), args.tap, args.stream, formats=args.formats.split(","))
+    text = "\n".join(f"{r['stream']}: {r['new_records']:,} new records, {r['rows']:,} current rows -> {r['staging']}" for r in results)
+    emit(args, results, text or "no streams")
+    return 0
+
+
+def cmd_locks(args: argparse.Namespace) -> int:
+    lake = open_lake(args)
+    locks = [lock for tap in lake.taps() for stream in lake.streams(tap) for lock in stream_locks(lake, tap, stream)]
+    if args.break_lock:
+        if not args.force:
+            raise ValueError("breaking a lock can let two writers commit at once: add --force if its writer is really gone")
+        try:
+            etag = lake.storage.read_etag(args.break_lock)
+            lake.storage.delete(args.break_lock, if_match=etag)
+        except PreconditionFailed:
+            raise ValueError(f"{args.break_lock} changed while breaking it (its writer is alive): not broken") from None
+        emit(args, {"broken": args.break_lock}, f"broke {args.break_lock}")
+        return 0
+    text = "\n".join(
+        f"{lock['path']}: {lock['writer_id']}, refreshed {lock['refreshed']}{' (stale)' if lock['stale'] else ''}" for lock in locks
+    )
+    emit(args, locks, text or "no locks")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    main_parser = argparse.ArgumentParser(prog="singerlake", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = main_parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, run, help_text: str, aliases: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+        cmd = sub.add_parser(name, help=help_text, aliases=list(aliases))
+        cmd.add_argument("root", help="lake root: a path, file:// or s3:// URL")
+        cmd.add_argument("--json", action="store_true", help="machine-readable output, no progress")
+        cmd.add_argument("--s3-endpoint-url")
+        cmd.add_argument("--s3-region")
+        cmd.add_argument("--s3-profile")
+        cmd.add_argument("--spark-master", default="local[*]", help="Spark master for jobs (default local[*])")
+        cmd.set_defaults(run=run)
+        return cmd
+
+    command("ls", cmd_ls, "taps, streams, versions (with diffs), files, records, bytes, time span, locks", aliases=("describe",))
+    verify = command("verify", cmd_verify, "compare metadata with storage; exit 0 only when clean")
+    verify.add_argument("--no-hashes", action="store_true", help="skip reading files to check their blake2 hashes")
+    repair = command("repair", cmd_repair, "rebuild missing or invalid manifests, catalogues and singerlake.json (dry run by default)")
+    repair.add_argument("--apply", action="store_true")
+    vacuum = command("vacuum", cmd_vacuum, "delete orphans and replaced files older than the retention (dry run by default)")
+    vacuum.add_argument("--retention", default="7d", help="minimum age, e.g. 7d, 12h, 30m (default 7d)")
+    vacuum.add_argument("--apply", action="store_true")
+    for name, run, text in (
+        ("compact", cmd_compact, "merge small files of each stream-schema"),
+        ("project", cmd_project, "raw -> staging/ and published/"),
+    ):
+        cmd = command(name, run, text)
+        cmd.add_argument("--tap", help="only this tap")
+        cmd.add_argument("--stream", help="only this stream (with --tap)")
+    sub.choices["compact"].add_argument("--target-size-mib", type=float, default=128, help="size of merged files (default 128)")
+    sub.choices["project"].add_argument("--formats", default="parquet,csv", help="published formats (default parquet,csv)")
+    locks = command("locks", cmd_locks, "list locks; --break PATH --force removes one")
+    locks.add_argument("--break", dest="break_lock", metavar="PATH", help="lock file to remove (as listed)")
+    locks.add_argument("--force", action="store_true")
+    return main_parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="singerlake", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    ls = sub.add_parser("ls", help="list taps, streams, versions, files and records")
-    ls.add_argument("root", help="lake root: a path, file:// or s3:// URL")
-    ls.add_argument("--json", action="store_true", help="machine-readable output")
-    ls.set_defaults(run=cmd_ls)
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         return args.run(args)
-    except (StorageError, LookupError, ValueError) as exc:
+    except (StorageError, LookupError, ValueError, InvalidMetadata) as exc:
         print(f"singerlake {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

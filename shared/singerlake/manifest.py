@@ -23,6 +23,7 @@ class Manifest:
     commits: int = 0
     writers: dict[str, dict[str, str]] = field(default_factory=dict)
     activate_versions: list[dict[str, Any]] = field(default_factory=list)
+    replaced: list[dict[str, Any]] = field(default_factory=list)  # files swapped out by compaction, until vacuum
 
     # -- versions ---------------------------------------------------------------------------
     def add_version(self, schema_hash: str, schema: dict, key_properties: list[str], first_seen_ms: int) -> str:
@@ -54,6 +55,26 @@ class Manifest:
             self.files.extend({**r, "commit": self.commits} for r in new)
         return self.commits
 
+    def replace_files(self, groups: list[tuple[list[str], dict[str, Any]]], replaced_at: str) -> int:
+        """Swap each group of files for the one file holding their records, in one new commit.
+
+        The new file takes the place of its group's first file; the old files are kept in
+        ``replaced`` (for vacuum) and stay readable by anyone holding the previous manifest.
+        """
+        self.commits += 1
+        first_of = {ids[0]: new for ids, new in groups}
+        gone = {file_id for ids, _ in groups for file_id in ids}
+        kept = []
+        for entry in self.files:
+            if entry["id"] in first_of:
+                kept.append({**first_of[entry["id"]], "commit": self.commits})
+            if entry["id"] in gone:
+                self.replaced.append({"id": entry["id"], "path": entry["path"], "replaced_at": replaced_at, "by_commit": self.commits})
+            else:
+                kept.append(entry)
+        self.files = kept
+        return self.commits
+
     # -- JSON ---------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -65,6 +86,7 @@ class Manifest:
             "versions": self.versions,
             "writers": self.writers,
             "activate_versions": self.activate_versions,
+            "replaced": self.replaced,
             "files": self.files,
         }
 
@@ -90,6 +112,7 @@ class Manifest:
             doc["commits"],
             doc.get("writers", {}),
             doc.get("activate_versions", []),
+            doc.get("replaced", []),
         )
 
 
@@ -154,6 +177,9 @@ def validate_manifest(doc: Any, source: str) -> None:
             fail(f"{where}: field 'commit' must be an integer in 1..{commits}, got {commit!r}")
         if "runs" in entry:
             _validate_runs(entry, f"{source}: {where}")
+    replaced = doc.get("replaced", [])
+    if not isinstance(replaced, list) or not all(isinstance(r, dict) and isinstance(r.get("path"), str) for r in replaced):
+        fail("field 'replaced' must be a list of {id, path, replaced_at, by_commit}")
     if not isinstance(doc.get("writers", {}), dict):
         fail("field 'writers' must be an object")
     activations = doc.get("activate_versions", [])

@@ -54,6 +54,10 @@ def scan_stream(storage: Storage, paths: StreamPaths, keys: list[str] | None = N
     keys = data_file_keys(storage, paths) if keys is None else keys
     with ThreadPoolExecutor(max_workers=threads) as pool:
         described = list(pool.map(lambda key: describe_file(storage, paths, key), keys))
+    return manifest_from_described(paths, described)
+
+
+def manifest_from_described(paths: StreamPaths, described: list[tuple[dict, dict, list[str]]]) -> Manifest:
     records = sorted((record for record, _, _ in described), key=lambda r: r["id"])
     schemas = {record["schema_hash"]: (schema, keys) for record, schema, keys in described}
     manifest = Manifest(paths.tap_id, paths.stream, versions_from_files(records, schemas))

@@ -84,6 +84,10 @@ class Storage(ABC):
     def read_etag(self, key: str) -> str:
         return self.read(key).etag
 
+    def open_options(self) -> dict[str, str]:
+        """The options ``open_storage(url, **options)`` needs to open this root again (elsewhere)."""
+        return {}
+
     def url_of(self, key: str) -> str:
         return f"{self.url.rstrip('/')}/{key}"
 

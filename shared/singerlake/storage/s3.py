@@ -48,6 +48,9 @@ class S3Storage(Storage):
         }
         self._client = None
 
+    def open_options(self) -> dict[str, str]:
+        return {name: value for name, value in self._options.items() if value}
+
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_client"] = None

@@ -1,0 +1,165 @@
+"""``singerlake compact``: merge many small files of a stream-schema into few large ones (SPEC.md §12).
+
+Groups are runs of files adjacent in replay order, of one schema version, with no
+ACTIVATE_VERSION between them, so replay order is unchanged. Each group is merged on an executor
+(records concatenated in order, each source verified against its blake2 hash first) into one new
+file carrying its records' positions (``runs``, SPEC.md §11), so readers' bookmarks stay exact.
+All groups of a stream are swapped in by one manifest compare-and-swap; a target committing at the
+same time only makes the swap retry on the new manifest. Replaced files stay on storage (listed in
+the manifest's ``replaced``) until vacuum, so readers holding the old manifest keep working.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from singerlake.jobs import Progress, run_items
+from singerlake.lake import Lake
+from singerlake.manifest import Manifest
+from singerlake.metadata import blake2_hex, make_record
+from singerlake.paths import StreamPaths, iso_ms, new_file_id, normalise_label, now_ms
+from singerlake.replay import Run, file_runs, open_verified
+from singerlake.storage import Storage
+
+DEFAULT_TARGET_BYTES = 128 << 20
+
+
+@dataclass(frozen=True)
+class Compaction:
+    stream: str
+    files_before: int
+    files_after: int
+    groups: int
+    bytes_merged: int
+
+    def to_dict(self) -> dict:
+        return self.__dict__.copy()
+
+
+def plan_groups(manifest: Manifest, target_bytes: int) -> list[list[tuple[dict, list[Run]]]]:
+    """Runs of at least two small files that may become one file each."""
+    activated_after = {a["after_commit"] for a in manifest.activate_versions}
+    groups, current, size = [], [], 0
+
+    def close() -> None:
+        if len(current) >= 2:
+            groups.append(list(current))
+
+    for entry, runs in file_runs(manifest):
+        if current:
+            previous_end = current[-1][1][-1].commit
+            activation_between = any(previous_end <= k < runs[0].commit for k in activated_after)
+            if entry["schema_hash"] != current[-1][0]["schema_hash"] or activation_between or size + entry["size"] > target_bytes:
+                close()
+                current, size = [], 0
+        if entry["size"] >= target_bytes:
+            continue  # already large: left as it is
+        current.append((entry, runs))
+        size += entry["size"]
+    close()
+    return groups
+
+
+def merged_runs(group: list[tuple[dict, list[Run]]]) -> list[dict]:
+    runs: list[dict] = []
+    for _, file_runs_ in group:
+        for run in file_runs_:
+            last = runs[-1] if runs else None
+            if last and last["commit"] == run.commit and last["first"] + last["records"] == run.first:
+                last["records"] += run.records
+            else:
+                runs.append({"commit": run.commit, "first": run.first, "records": run.records})
+    return runs
+
+
+def merge_group(storage: Storage, compresslevel: int, item: dict) -> dict:
+    """Executor side: write the group's records, in order, as one new data file; return its entry."""
+    paths = StreamPaths(item["tap_id"], item["stream"])
+    compressor = zlib.compressobj(compresslevel, zlib.DEFLATED, 31)
+    parts, schema_line = [], None
+    for entry in item["files"]:
+        with open_verified(storage, entry) as stored, gzip.GzipFile(fileobj=stored, mode="rb") as unzipped:
+            first = unzipped.readline()
+            if schema_line is None:
+                schema_line = first
+                parts.append(compressor.compress(first))
+            while block := unzipped.read(1 << 20):
+                parts.append(compressor.compress(block))
+    parts.append(compressor.flush())
+    data = b"".join(parts)
+    start, end = min(e["start"] for e in item["files"]), max(e["end"] for e in item["files"])
+    file_id = new_file_id()
+    key = paths.data_file(item["schema_hash"], start, end, file_id)
+    storage.write(key, data, if_none_match=True)
+    record = make_record(
+        file_id=file_id,
+        path=key,
+        where=normalise_label(paths.tap_id),
+        what=normalise_label(paths.stream),
+        start=start,
+        end=end,
+        content_hash=blake2_hex(data),
+        size=len(data),
+        records=sum(e["records"] for e in item["files"]),
+        schema_hash=item["schema_hash"],
+        work_id=item["work_id"],
+    )
+    return {**record, "runs": item["runs"]}
+
+
+def compact_stream(
+    lake: Lake,
+    spark,
+    tap_id: str,
+    stream: str,
+    target_bytes: int = DEFAULT_TARGET_BYTES,
+    compresslevel: int = 6,
+    progress: Progress | None = None,
+    before_commit: Callable[[], None] | None = None,
+) -> Compaction:
+    paths = lake.paths(tap_id, stream)
+    manifest = lake.manifest(tap_id, stream)
+    groups = plan_groups(manifest, target_bytes)
+    if not groups:
+        return Compaction(stream, len(manifest.files), len(manifest.files), 0, 0)
+    work_id = f"compact-{new_file_id()[:16]}"
+    items = [
+        {
+            "tap_id": tap_id,
+            "stream": stream,
+            "schema_hash": g[0][0]["schema_hash"],
+            "files": [e for e, _ in g],
+            "runs": merged_runs(g),
+            "work_id": work_id,
+        }
+        for g in groups
+    ]
+    sizes = [sum(e["size"] for e in item["files"]) for item in items]
+    merged = run_items(spark, items, functools.partial(merge_group, lake.storage, compresslevel), progress, sizes)
+    if before_commit:
+        before_commit()  # tests: a concurrent commit lands here
+    swaps = [([e["id"] for e in item["files"]], new) for item, new in zip(items, merged, strict=True)]
+
+    def swap(current: Manifest) -> bool:
+        present = current.file_ids()
+        valid = [(ids, new) for ids, new in swaps if set(ids) <= present]  # another compaction may have won
+        if not valid:
+            return False
+        current.replace_files(valid, iso_ms(now_ms()))
+        return True
+
+    after = lake.update_manifest(paths, swap)
+    return Compaction(stream, len(manifest.files), len(after.files), len(groups), sum(sizes))
+
+
+def compact(lake: Lake, spark, tap_id: str | None = None, stream: str | None = None, **options) -> list[Compaction]:
+    lake.check_exists()
+    results = []
+    for tap in [tap_id] if tap_id else lake.taps():
+        for name in [stream] if stream else lake.streams(tap):
+            results.append(compact_stream(lake, spark, tap, name, **options))
+    return results

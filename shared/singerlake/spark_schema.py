@@ -1,0 +1,99 @@
+"""JSON schema -> Spark schema, and JSON values -> Python values of those Spark types.
+
+| JSON schema | Spark |
+|---|---|
+| integer | long (a value outside 64 bits becomes null) |
+| number | double |
+| boolean | boolean |
+| string | string; `format: date-time` -> timestamp, `format: date` -> date (unparsable -> null) |
+| object with properties | struct |
+| array | array of its items' type |
+| anything else (no type, several non-null types, anyOf, free objects) | string holding the JSON text |
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import date, datetime, timezone
+from typing import Any
+
+from pyspark.sql import types as T
+
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def _kinds(schema: dict) -> list[str]:
+    kind = schema.get("type")
+    kinds = [kind] if isinstance(kind, str) else list(kind or [])
+    return [k for k in kinds if k != "null"]
+
+
+def spark_type(schema: dict) -> T.DataType:
+    kinds = _kinds(schema)
+    if len(kinds) != 1 or "anyOf" in schema or "oneOf" in schema:
+        return T.StringType()
+    kind = kinds[0]
+    if kind == "integer":
+        return T.LongType()
+    if kind == "number":
+        return T.DoubleType()
+    if kind == "boolean":
+        return T.BooleanType()
+    if kind == "string":
+        return {"date-time": T.TimestampType(), "date": T.DateType()}.get(schema.get("format"), T.StringType())
+    if kind == "object" and schema.get("properties"):
+        return struct_type(schema)
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        return T.ArrayType(spark_type(schema["items"]))
+    return T.StringType()
+
+
+def struct_type(schema: dict) -> T.StructType:
+    return T.StructType([T.StructField(name, spark_type(spec)) for name, spec in schema.get("properties", {}).items()])
+
+
+def _timestamp(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value[:-1] + "+00:00" if value[-1:] in "Zz" else value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def _date(value: Any) -> date | None:
+    try:
+        return date.fromisoformat(value[:10]) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _json_text(value: Any) -> str | None:
+    return value if isinstance(value, str) or value is None else json.dumps(value, ensure_ascii=False)
+
+
+def converter(data_type: T.DataType) -> Callable[[Any], Any]:
+    """A function turning a decoded JSON value into a value Spark accepts for ``data_type``."""
+    if isinstance(data_type, T.LongType):
+        return lambda v: v if type(v) is int and INT64[0] <= v <= INT64[1] else None
+    if isinstance(data_type, T.DoubleType):
+        return lambda v: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    if isinstance(data_type, T.BooleanType):
+        return lambda v: v if isinstance(v, bool) else None
+    if isinstance(data_type, T.TimestampType):
+        return _timestamp
+    if isinstance(data_type, T.DateType):
+        return _date
+    if isinstance(data_type, T.StructType):
+        return row_converter(data_type)
+    if isinstance(data_type, T.ArrayType):
+        item = converter(data_type.elementType)
+        return lambda v: [item(x) for x in v] if isinstance(v, list) else None
+    return _json_text
+
+
+def row_converter(struct: T.StructType) -> Callable[[Any], tuple | None]:
+    fields = [(field.name, converter(field.dataType)) for field in struct.fields]
+    return lambda v: tuple(convert(v.get(name)) for name, convert in fields) if isinstance(v, dict) else None
