@@ -75,9 +75,8 @@ class SingerlakeDataSource(DataSource):
         for schema_hash, info in manifest.versions.items():
             if wanted in (schema_hash, info["version"]):
                 return lake, manifest, info["schema"], {schema_hash}
-        raise ValueError(
-            f"singerlake data source: stream {stream!r} has no version {wanted!r}; versions: {[v['version'] for v in manifest.versions.values()]}"
-        )
+        labels = [v["version"] for v in manifest.versions.values()]
+        raise ValueError(f"singerlake data source: stream {stream!r} has no version {wanted!r}; versions: {labels}")
 
     def schema(self) -> T.StructType:
         _, _, schema, _ = self._selected()

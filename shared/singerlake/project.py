@@ -68,7 +68,7 @@ def _read_parts(storage: Storage, schema, batches: Iterator[Any]) -> Iterator[An
             table = pq.read_table(io.BytesIO(storage.read(key).data))
             columns = [
                 table[name] if name in table.column_names else pa.nulls(table.num_rows, field.type)
-                for name, field in zip(target.names, target)
+                for name, field in zip(target.names, target, strict=True)
             ]
             yield from pa.table(columns, names=target.names).cast(target).to_batches()
 
