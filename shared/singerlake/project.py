@@ -43,10 +43,11 @@ def _write_parts(storage: Storage, prefix: str, fmt: str, batches: Iterator[Any]
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    table = pa.Table.from_batches(list(batches))
-    if table.num_rows == 0:
+    collected = [batch for batch in batches if batch.num_rows]
+    if not collected:
         yield pa.RecordBatch.from_pydict({"path": pa.array([], pa.string()), "rows": pa.array([], pa.int64())})
         return
+    table = pa.Table.from_batches(collected)
     buffer = io.BytesIO()
     if fmt == "parquet":
         pq.write_table(table, buffer)
@@ -76,7 +77,7 @@ def _read_parts(storage: Storage, schema, batches: Iterator[Any]) -> Iterator[An
 def _arrow_type(data_type):
     from pyspark.sql.pandas.types import to_arrow_type
 
-    return to_arrow_type(data_type)
+    return to_arrow_type(data_type, timezone="UTC")
 
 
 def _write(frame, storage: Storage, prefix: str, fmt: str) -> list[str]:

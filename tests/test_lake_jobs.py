@@ -1,0 +1,286 @@
+"""The `singerlake` lake jobs over real Spark, on the local backend and moto's HTTP S3.
+
+In-process jobs share the test session's SparkSession; the CLI tests run `singerlake` as a command
+(its own Spark), including one on `local-cluster[2,1,1024]`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from lakes import TAP, LakeUnderTest, joined, land, record_msg, schema_msg
+from singerlake import Lake
+from singerlake.compact import compact_stream
+from singerlake.datasource import register
+from singerlake.manifest import Manifest
+from singerlake.paths import StreamPaths, iso_ms, now_ms
+from singerlake.project import project
+from singerlake.repair import repair
+from singerlake.schema_hash import schema_hash
+from singerlake.singer_file import write_data_file
+from singerlake.spark import spark_session
+from singerlake.storage import S3Storage
+from singerlake.vacuum import vacuum
+from singerlake.verify import verify
+from test_tap import of_type, replay, sample_input
+
+CLI = shutil.which("singerlake", path=str(Path(sys.executable).parent)) or "singerlake"
+DAY_MS = 24 * 3600 * 1000
+
+
+@pytest.fixture(scope="module")
+def spark():
+    return spark_session("local[*]", "singerlake-tests")
+
+
+def open_lake(lake: LakeUnderTest) -> Lake:
+    return Lake(lake.storage)
+
+
+def run_cli(lake: LakeUnderTest, *args: str, master: str = "local[2]") -> subprocess.CompletedProcess:
+    env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true"}
+    extra = []
+    if isinstance(lake.storage, S3Storage):
+        options = lake.storage.open_options()
+        env.update(AWS_ACCESS_KEY_ID=options["access_key_id"], AWS_SECRET_ACCESS_KEY=options["secret_access_key"])
+        extra = ["--s3-endpoint-url", options["endpoint_url"], "--s3-region", options["region"]]
+    command = [CLI, args[0], lake.config["lake_root"], *extra, "--spark-master", master, *args[1:]]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+
+
+def stored_lines(lake: LakeUnderTest) -> dict[str, list[bytes]]:
+    return {stream: of_type(replay(lake.config), "RECORD", stream) for stream in ("users", "public.orders")}
+
+
+# -- verify ----------------------------------------------------------------------------------------
+def test_verify_is_clean_on_a_landed_lake_and_names_each_planted_fault(lake, tmp_path):
+    land(lake.config, sample_input(), batch_max_rows=10)
+    clean = run_cli(lake, "verify")
+    assert clean.returncode == 0, clean.stderr
+    assert "clean" in clean.stdout
+
+    files = lake.manifest("users")["files"]
+    missing, truncated, flipped = files[0], files[1], files[2]
+    lake.storage.delete(missing["path"])
+    lake.storage.write(truncated["path"], lake.read(truncated["path"])[:-5])
+    data = bytearray(lake.read(flipped["path"]))
+    data[20] ^= 0xFF
+    lake.storage.write(flipped["path"], bytes(data))
+    orphan = flipped["path"].replace(flipped["id"], "0" * 32)
+    lake.storage.write(orphan, lake.read(files[3]["path"]))
+    manifest = lake.manifest("public.orders")
+    manifest["versions"]["0000000000000"] = {"version": "v9", "schema": {}, "key_properties": [], "first_seen": iso_ms(0)}
+    lake.storage.write(StreamPaths(TAP, "public.orders").manifest, json.dumps(manifest).encode())
+    lock = StreamPaths(TAP, "users").lock(files[3]["schema_hash"])
+    lake.storage.write(
+        lock, json.dumps({"writer-id": "w-dead", "acquired": iso_ms(0), "refreshed": iso_ms(0), "lease_seconds": 60}).encode()
+    )
+
+    result = run_cli(lake, "verify", "--json")
+    assert result.returncode == 1, result.stderr
+    found = {(f["kind"], f["path"]) for f in json.loads(result.stdout)["findings"]}
+    assert found == {
+        ("missing", missing["path"]),
+        ("size_mismatch", truncated["path"]),
+        ("hash_mismatch", flipped["path"]),
+        ("orphan", orphan),
+        ("version_without_files", StreamPaths(TAP, "public.orders").schema_dir("0000000000000")),
+        ("stale_lock", lock),
+    }
+
+
+# -- repair ----------------------------------------------------------------------------------------
+def test_repair_rebuilds_deleted_metadata_equivalently_and_the_tap_replays_the_same(lake, spark):
+    land(lake.config, sample_input(), batch_max_rows=10)
+    before = {stream: lake.manifest(stream) for stream in ("users", "public.orders")}
+    replayed_before = stored_lines(lake)
+    metadata = [key for key in lake.keys() if key.endswith(".json")]
+    for key in metadata:
+        lake.storage.delete(key)
+
+    planned = repair(open_lake(lake), spark)  # dry run
+    assert {a.path for a in planned} == set(metadata)
+    assert not [key for key in lake.keys() if key.endswith(".json")], "a dry run changes nothing"
+
+    repair(open_lake(lake), spark, apply=True)
+    for stream, old in before.items():
+        new = lake.manifest(stream)
+        assert {v["version"]: h for h, v in new["versions"].items()} == {v["version"]: h for h, v in old["versions"].items()}
+        strip = ("commit", "work_id")
+        assert [{k: v for k, v in f.items() if k not in strip} for f in new["files"]] == [
+            {k: v for k, v in f.items() if k not in strip} for f in old["files"]
+        ]
+    assert stored_lines(lake) == replayed_before
+    assert repair(open_lake(lake), spark, apply=True) == []  # nothing left to repair
+    assert verify(open_lake(lake), spark) == []
+
+
+def test_repair_leaves_orphans_of_a_valid_manifest_for_vacuum(local_lake, spark):
+    land(local_lake.config, sample_input())
+    files = local_lake.manifest("users")["files"]
+    local_lake.storage.write(files[0]["path"].replace(files[0]["id"], "0" * 32), local_lake.read(files[0]["path"]))
+    assert repair(open_lake(local_lake), spark, apply=True) == []
+    assert local_lake.manifest("users")["files"] == files
+
+
+# -- vacuum ----------------------------------------------------------------------------------------
+def test_vacuum_respects_retention_and_never_deletes_referenced_files(lake):
+    land(lake.config, sample_input())
+    entry = lake.manifest("users")["files"][0]
+    orphan = entry["path"].replace(entry["id"], "0" * 32)
+    lake.storage.write(orphan, lake.read(entry["path"]))
+    referenced = set(lake.data_keys()) - {orphan}
+
+    assert vacuum(open_lake(lake), apply=True) == []  # 7 days by default: the orphan is too young
+    planned = vacuum(open_lake(lake), retention_s=0)
+    assert [d.path for d in planned] == [orphan] and lake.storage.exists(orphan), "dry run by default"
+    later = now_ms() + DAY_MS
+    assert [d.path for d in vacuum(open_lake(lake), retention_s=0, apply=True, now=later)] == [orphan]
+    assert set(lake.data_keys()) == referenced
+
+
+# -- compact ---------------------------------------------------------------------------------------
+SMALL = {"type": "object", "properties": {"id": {"type": "integer"}, "pad": {"type": "string"}}}
+
+
+def small_files_stream(lake: LakeUnderTest, files: int, per_file: int) -> list[bytes]:
+    """A stream of many small files, one commit each, written with the core (as many small batches would)."""
+    paths = StreamPaths(TAP, "events")
+    line = json.dumps({"type": "SCHEMA", "stream": "events", "schema": SMALL, "key_properties": ["id"]}).encode() + b"\n"
+    digest = schema_hash(SMALL, ["id"])
+    manifest = Manifest(TAP, "events")
+    manifest.add_version(digest, SMALL, ["id"], 0)
+    lines = []
+    for number in range(files):
+        chunk = [record_msg("events", {"id": number * per_file + i, "pad": "x"}) + b"\n" for i in range(per_file)]
+        manifest.append_commit([write_data_file(lake.storage, paths, digest, line, chunk, [number * 1000] * per_file)])
+        lines += [c.rstrip(b"\n") for c in chunk]
+    lake.storage.write(paths.manifest, manifest.to_bytes())
+    Lake(lake.storage).publish_stream(manifest)
+    return lines
+
+
+def test_compacting_2000_small_files_keeps_replay_bookmarks_and_a_concurrent_append(lake, spark):
+    lines = small_files_stream(lake, files=2000, per_file=50)
+    config = {**lake.config, "streams": ["events"]}
+    bookmark = [json.loads(m)["value"] for m in of_type(replay(config), "STATE")][699]  # after the 700th file
+    appended = [record_msg("events", {"id": 10**6 + i, "pad": "new"}) for i in range(30)]
+
+    def target_appends_meanwhile() -> None:
+        land(lake.config, joined([schema_msg("events", SMALL, ["id"]), *appended]))
+
+    result = compact_stream(open_lake(lake), spark, TAP, "events", target_bytes=64 << 10, before_commit=target_appends_meanwhile)
+    files = lake.manifest("events")["files"]
+    assert result.files_before == 2000 and len(files) <= 30, len(files)
+    assert all("runs" in f for f in files[:-1]) and "runs" not in files[-1]  # the append is kept, after the merged files
+    assert of_type(replay(config), "RECORD") == lines + appended
+    assert of_type(replay(config, state=bookmark), "RECORD") == lines[700 * 50 :] + appended
+    assert verify(open_lake(lake), spark) == []
+    # Replaced files stay for readers of the old manifest until vacuum, after the retention.
+    assert len(lake.manifest("events")["replaced"]) == 2000
+    assert vacuum(open_lake(lake), retention_s=3600, apply=True) == []
+    assert len(vacuum(open_lake(lake), retention_s=3600, apply=True, now=now_ms() + DAY_MS)) == 2000
+    assert lake.manifest("events")["replaced"] == []
+    assert of_type(replay(config), "RECORD") == lines + appended
+
+
+def test_compaction_never_merges_across_a_schema_change(local_lake, spark):
+    data = sample_input()
+    land(local_lake.config, data, batch_max_rows=5)
+    before = local_lake.manifest("users")
+    compact_stream(open_lake(local_lake), spark, TAP, "users", target_bytes=1 << 20)
+    after = local_lake.manifest("users")
+    assert len(after["files"]) == len(before["versions"]) == 2
+    out = replay(local_lake.config)
+    assert of_type(out, "RECORD", "users") == of_type(data.splitlines(), "RECORD", "users")
+
+
+# -- data source and project -----------------------------------------------------------------------
+def test_data_source_reads_a_stream_typed_with_positions(lake, spark):
+    land(lake.config, sample_input(), batch_max_rows=10)
+    register(spark)
+    reader = spark.read.format("singerlake").option("tap_id", TAP).option("stream", "users")
+    for name, value in lake.storage.open_options().items():
+        reader = reader.option(f"s3_{name}", value)
+    frame = reader.load(lake.config["lake_root"])
+    types = dict(frame.dtypes)
+    assert types["id"] == "bigint" and types["name"] == "string" and types["email"] == "string"
+    rows = frame.orderBy("_singerlake_commit", "_singerlake_index").collect()
+    assert len(rows) == 3 + 40 + 15
+    assert rows[0]["id"] is None  # 123456789012345678901234567890 does not fit a long
+    assert rows[1]["id"] == 2 and rows[-1]["email"] == "u14@example.com"
+    assert {row["_singerlake_version"] for row in rows} == {"v1", "v2"}
+    v2 = reader.option("version", "v2").load(lake.config["lake_root"])
+    assert v2.count() == 15 and "name" not in v2.columns
+
+
+def test_project_keeps_one_current_row_per_key_and_processes_only_new_files(lake, spark):
+    users = {
+        "type": "object",
+        "properties": {"id": {"type": "integer"}, "name": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}},
+    }
+    first = [schema_msg("users", users, ["id"]), *(record_msg("users", {"id": i % 10, "name": f"n{i}", "tags": ["a"]}) for i in range(35))]
+    land(lake.config, joined(first), batch_max_rows=10)
+    result = project(open_lake(lake), spark, TAP)[0]
+    assert result["new_records"] == 35 and result["rows"] == 10
+
+    second = [schema_msg("users", users, ["id"]), *(record_msg("users", {"id": i, "name": f"late{i}", "tags": []}) for i in (3, 42))]
+    land(lake.config, joined(second))
+    result = project(open_lake(lake), spark, TAP)[0]
+    assert result["new_records"] == 2 and result["rows"] == 11  # only the new commit was read
+
+    processed = json.loads(lake.read("staging/tap-test/users/_processed.json"))
+    import io
+
+    import pyarrow.parquet as pq
+
+    rows = [row for key in processed["files"] for row in pq.read_table(io.BytesIO(lake.read(key))).to_pylist()]
+    by_id = {row["id"]: row for row in rows}
+    assert len(rows) == len(by_id) == 11  # exactly one row per key
+    assert by_id[3]["name"] == "late3" and by_id[9]["name"] == "n29" and by_id[42]["tags"] == []
+    published = [k for k in lake.keys("published/") if k.startswith(processed["published"])]
+    assert {k.rsplit(".", 1)[1] for k in published} == {"parquet", "csv"}
+    csv_rows = sum(lake.read(k).count(b"\n") - 1 for k in published if k.endswith(".csv"))
+    assert csv_rows == 11
+
+
+# -- locks, describe, the CLI on a cluster ---------------------------------------------------------
+def test_locks_are_listed_and_broken_only_with_force(local_lake):
+    land(local_lake.config, sample_input())
+    lock = StreamPaths(TAP, "users").lock(local_lake.manifest("users")["files"][0]["schema_hash"])
+    local_lake.storage.write(
+        lock, json.dumps({"writer-id": "w-1", "acquired": iso_ms(0), "refreshed": iso_ms(0), "lease_seconds": 60}).encode()
+    )
+    listed = json.loads(run_cli(local_lake, "locks", "--json").stdout)
+    assert [(entry["path"], entry["writer_id"], entry["stale"]) for entry in listed] == [(lock, "w-1", True)]
+    refused = run_cli(local_lake, "locks", "--break", lock)
+    assert refused.returncode == 2 and "--force" in refused.stderr and local_lake.storage.exists(lock)
+    assert run_cli(local_lake, "locks", "--break", lock, "--force").returncode == 0
+    assert not local_lake.storage.exists(lock)
+
+
+def test_describe_shows_versions_with_a_readable_diff(local_lake):
+    land(local_lake.config, sample_input())
+    result = run_cli(local_lake, "describe")
+    assert result.returncode == 0, result.stderr
+    assert "+ email: string" in result.stdout and "- name" in result.stdout
+    report = json.loads(run_cli(local_lake, "ls", "--json").stdout)
+    users = report["taps"][TAP]["users"]
+    assert users["records"] == 58 and users["versions"][1]["changes"] == ["+ email: string", "- name"]
+
+
+def test_jobs_run_on_a_local_cluster(local_lake):
+    land(local_lake.config, sample_input(), batch_max_rows=5)
+    before = stored_lines(local_lake)
+    compacted = run_cli(local_lake, "compact", "--json", master="local-cluster[2,1,1024]")
+    assert compacted.returncode == 0, compacted.stderr[-3000:]
+    assert sum(r["groups"] for r in json.loads(compacted.stdout)) > 0
+    checked = run_cli(local_lake, "verify", master="local-cluster[2,1,1024]")
+    assert checked.returncode == 0, checked.stdout + checked.stderr[-3000:]
+    assert stored_lines(local_lake) == before
