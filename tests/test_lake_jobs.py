@@ -284,3 +284,14 @@ def test_jobs_run_on_a_local_cluster(local_lake):
     checked = run_cli(local_lake, "verify", master="local-cluster[2,1,1024]")
     assert checked.returncode == 0, checked.stdout + checked.stderr[-3000:]
     assert stored_lines(local_lake) == before
+
+
+def test_progress_reports_files_and_bytes_when_shown(local_lake, spark, capsys):
+    from singerlake.jobs import Progress
+
+    land(local_lake.config, sample_input(), batch_max_rows=10)
+    files = [f for stream in ("users", "public.orders") for f in local_lake.manifest(stream)["files"]]
+    assert verify(open_lake(local_lake), spark, progress=Progress("verify", enabled=True)) == []
+    shown = capsys.readouterr().err
+    total_mib = sum(f["size"] for f in files) / (1 << 20)
+    assert f"verify: files {len(files)}/{len(files)}, bytes {total_mib:,.1f}/{total_mib:,.1f} MiB" in shown
