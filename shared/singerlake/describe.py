@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 from singerlake.lake import Lake
-from singerlake.lock import read_lock
+from singerlake.lock import looks_stale, read_lock
 from singerlake.manifest import Manifest
 from singerlake.paths import LOCK, iso_ms, now_ms
-from singerlake.verify import LOCK_DRIFT_S
 
 
 def _type_text(spec: dict) -> str:
@@ -44,7 +43,7 @@ def stream_locks(lake: Lake, tap_id: str, stream: str, now: int | None = None) -
     for info in lake.storage.list(f"{lake.paths(tap_id, stream).stream_dir}/"):
         if info.key.endswith(f"/{LOCK}"):
             lock = read_lock(lake.storage, info.key)
-            stale = lock is None or now > lock.refreshed_ms + (lock.lease_s + LOCK_DRIFT_S) * 1000
+            stale = looks_stale(lock, now)
             found.append(
                 {
                     "path": info.key,

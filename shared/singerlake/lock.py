@@ -203,6 +203,11 @@ class Lock:
         self.release()
 
 
+def looks_stale(info: LockInfo | None, now: int, drift_s: float = DEFAULT_DRIFT_S) -> bool:
+    """For reports (verify, locks): unreadable, or not refreshed for its lease plus the drift margin."""
+    return info is None or now - info.refreshed_ms > (info.lease_s + drift_s) * 1000
+
+
 def read_lock(storage: Storage, key: str) -> LockInfo | None:
     try:
         return LockInfo.parse(storage.read(key).data)

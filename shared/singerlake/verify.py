@@ -13,13 +13,11 @@ from dataclasses import asdict, dataclass
 from singerlake import catalogue as cat
 from singerlake.jobs import Progress, run_items
 from singerlake.lake import Lake
-from singerlake.lock import read_lock
+from singerlake.lock import looks_stale, read_lock
 from singerlake.manifest import Manifest
 from singerlake.metadata import InvalidMetadata
 from singerlake.paths import DATA_SUFFIX, LOCK, ROOT_METADATA, StreamPaths, catalogue_key, iso_ms, now_ms
 from singerlake.storage import NotFound, ObjectInfo, Storage
-
-LOCK_DRIFT_S = 10
 
 
 @dataclass(frozen=True)
@@ -106,7 +104,7 @@ def stale_locks(storage: Storage, listing: dict[str, ObjectInfo], now: int | Non
             info = read_lock(storage, path)
             if info is None:
                 found.append(Finding("stale_lock", path, "unreadable lock file"))
-            elif now > info.refreshed_ms + (info.lease_s + LOCK_DRIFT_S) * 1000:
+            elif looks_stale(info, now):
                 found.append(
                     Finding(
                         "stale_lock", path, f"held by {info.writer_id}, last refreshed {iso_ms(info.refreshed_ms)}, lease {info.lease_s:g}s"
