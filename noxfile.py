@@ -8,9 +8,15 @@ nox.options.sessions = ["lint", "tests"]
 PACKAGES = ["-e", "shared[spark,test]", "-e", "tap-singerlake", "-e", "target-singerlake"]
 
 
+def install(session: nox.Session) -> None:
+    """Our packages, then meltano, tap-jsonl and target-jsonl as ./dev installs them (own venvs, linked into bin/)."""
+    session.install(*PACKAGES)
+    session.run("bash", "dev", "tools", env={"SINGERLAKE_VENV": session.virtualenv.location}, external=True)
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    session.install(*PACKAGES)
+    install(session)
     session.run("python", "-m", "pytest", "tests", *session.posargs)
 
 
@@ -23,8 +29,8 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def demo(session: nox.Session) -> None:
-    session.install(*PACKAGES)
-    session.run("python", "demo/land_sample.py", "demo/sample.singer.jsonl", *(session.posargs or ["singerlake"]))
+    install(session)
+    session.run("python", "demo/meltano_demo.py", *session.posargs)
 
 
 @nox.session

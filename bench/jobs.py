@@ -28,7 +28,10 @@ from singerlake.storage import LocalStorage
 
 OUT = Path(__file__).resolve().parent / "out"
 CLI = str(Path(sys.executable).parent / "singerlake")
-SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}, "at": {"type": "string", "format": "date-time"}}}
+SCHEMA = {
+    "type": "object",
+    "properties": {"id": {"type": "integer"}, "name": {"type": "string"}, "at": {"type": "string", "format": "date-time"}},
+}
 PER_FILE = 50
 
 
@@ -77,7 +80,9 @@ def main() -> None:
     built = small_files_lake(root, args.compact_files)
     compacted = run("compact", str(root))
     files_after = len(Lake.open(str(root)).manifest("tap-bench", "events").files)
-    rows.append((f"compact {args.compact_files:,} files of {PER_FILE} records", compacted, f"{args.compact_files:,} -> {files_after} files"))
+    rows.append(
+        (f"compact {args.compact_files:,} files of {PER_FILE} records", compacted, f"{args.compact_files:,} -> {files_after} files")
+    )
     checked = run("verify", str(root))
     rows.append((f"verify after compaction ({files_after} files + {args.compact_files:,} replaced)", checked, f"exit {checked.returncode}"))
 

@@ -1,5 +1,5 @@
-"""Demo (the README's main job): land a Singer message file with target-singerlake, read it back with
-Spark, and replay it with tap-singerlake.
+"""Without Meltano: land a Singer message file with target-singerlake, read it back with Spark, and replay it
+with tap-singerlake. (The README's main job, `./dev demo`, is meltano_demo.py.)
 
 Usage: python demo/land_sample.py [INPUT] [LAKE_ROOT]
 """

@@ -1,4 +1,5 @@
-"""The README's main job (the demo, on real Spark local[*]) and the `singerlake` CLI, run as commands."""
+"""demo/land_sample.py (target-singerlake on real Spark local[*], read back by Spark and tap-singerlake) and the
+`singerlake` CLI, run as commands. The README's main job, `./dev demo` (Meltano), is tested in test_meltano.py."""
 
 from __future__ import annotations
 
