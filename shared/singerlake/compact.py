@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from singerlake.jobs import Progress, run_items
 from singerlake.lake import Lake
 from singerlake.manifest import Manifest
-from singerlake.metadata import blake2_hex, make_record
-from singerlake.paths import StreamPaths, iso_ms, new_file_id, normalise_label, now_ms
+from singerlake.paths import StreamPaths, iso_ms, new_file_id, now_ms
 from singerlake.replay import Run, file_runs, open_verified
+from singerlake.singer_file import store
 from singerlake.storage import Storage
 
 DEFAULT_TARGET_BYTES = 128 << 20
@@ -92,22 +92,8 @@ def merge_group(storage: Storage, compresslevel: int, item: dict) -> dict:
     parts.append(compressor.flush())
     data = b"".join(parts)
     start, end = min(e["start"] for e in item["files"]), max(e["end"] for e in item["files"])
-    file_id = new_file_id()
-    key = paths.data_file(item["schema_hash"], start, end, file_id)
-    storage.write(key, data, if_none_match=True)
-    record = make_record(
-        file_id=file_id,
-        path=key,
-        where=normalise_label(paths.tap_id),
-        what=normalise_label(paths.stream),
-        start=start,
-        end=end,
-        content_hash=blake2_hex(data),
-        size=len(data),
-        records=sum(e["records"] for e in item["files"]),
-        schema_hash=item["schema_hash"],
-        work_id=item["work_id"],
-    )
+    records = sum(e["records"] for e in item["files"])
+    record = store(storage, paths, item["schema_hash"], data, start, end, records, item["work_id"])
     return {**record, "runs": item["runs"]}
 
 

@@ -100,10 +100,16 @@ def write_data_file(
         raise ValueError("a data file needs at least one record and one time per record")
     if min(times_ms) < 0:
         raise ValueError(f"record times must be ms since 1970, got {min(times_ms)}")
-    start, end = min(times_ms), max(times_ms)
+    data = encode([schema_line, *record_lines], compresslevel)
+    return store(storage, paths, schema_hash, data, min(times_ms), max(times_ms), len(record_lines), work_id)
+
+
+def store(
+    storage: Storage, paths: StreamPaths, schema_hash: str, data: bytes, start: int, end: int, records: int, work_id: str | None
+) -> dict:
+    """Write encoded data file bytes under a new file id (create-only) and return the file's metadata record."""
     file_id = new_file_id()
     key = paths.data_file(schema_hash, start, end, file_id)
-    data = encode([schema_line, *record_lines], compresslevel)
     storage.write(key, data, if_none_match=True)
     return make_record(
         file_id=file_id,
@@ -114,7 +120,7 @@ def write_data_file(
         end=end,
         content_hash=blake2_hex(data),
         size=len(data),
-        records=len(record_lines),
+        records=records,
         schema_hash=schema_hash,
         work_id=work_id,
     )

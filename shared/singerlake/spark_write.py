@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from singerlake.metadata import blake2_hex, make_record
-from singerlake.paths import StreamPaths, new_file_id, normalise_label
+from singerlake.paths import StreamPaths
+from singerlake.singer_file import store
 from singerlake.storage import Storage
 
 CHUNK_BYTES = 8 << 20
@@ -87,22 +87,7 @@ class _FileBuilder:
         job = self.job
         self.parts.append(self.compressor.flush())
         data = b"".join(self.parts)
-        file_id = new_file_id()
-        key = job.paths.data_file(job.schema_hash, self.start, self.end, file_id)
-        job.storage.write(key, data, if_none_match=True)
-        return make_record(
-            file_id=file_id,
-            path=key,
-            where=normalise_label(job.paths.tap_id),
-            what=normalise_label(job.paths.stream),
-            start=int(self.start),
-            end=int(self.end),
-            content_hash=blake2_hex(data),
-            size=len(data),
-            records=self.records,
-            schema_hash=job.schema_hash,
-            work_id=job.work_id,
-        )
+        return store(job.storage, job.paths, job.schema_hash, data, int(self.start), int(self.end), self.records, job.work_id)
 
 
 def _chunks(batch) -> Iterator[tuple[int, memoryview, int, int, int]]:
