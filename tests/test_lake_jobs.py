@@ -130,6 +130,19 @@ def test_repair_leaves_orphans_of_a_valid_manifest_for_vacuum(local_lake, spark)
 
 
 # -- vacuum ----------------------------------------------------------------------------------------
+def test_vacuum_removes_temp_files_a_killed_local_write_left(local_lake):
+    land(local_lake.config, sample_input())
+    entry = local_lake.manifest("users")["files"][0]
+    schema_dir = Path(local_lake.config["lake_root"], entry["path"]).parent
+    (schema_dir / ".tmp-half-written.singer.gz.1234").write_bytes(b"partial")
+    (schema_dir / ".tmp-in-flight.singer.gz.5678").write_bytes(b"partial")
+    eight_days_ago = (now_ms() - 8 * DAY_MS) / 1000
+    os.utime(schema_dir / ".tmp-half-written.singer.gz.1234", (eight_days_ago, eight_days_ago))
+    deleted = vacuum(open_lake(local_lake), apply=True)
+    assert [Path(d.path).name for d in deleted] == [".tmp-half-written.singer.gz.1234"]
+    assert sorted(p.name for p in schema_dir.iterdir() if p.name.startswith(".tmp-")) == [".tmp-in-flight.singer.gz.5678"]
+
+
 def test_vacuum_respects_retention_and_never_deletes_referenced_files(lake):
     land(lake.config, sample_input())
     entry = lake.manifest("users")["files"][0]

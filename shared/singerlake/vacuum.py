@@ -1,10 +1,11 @@
 """``singerlake vacuum``: delete data files no reader needs any more, once older than the retention.
 
-Two kinds qualify: orphans (on storage, in no manifest: a crashed or failed writer's files), aged
-by their storage time; and files compaction replaced (the manifest's ``replaced``), aged from the
-replacement, so readers holding the older manifest keep working for the retention period.
-A file the current manifest references is never deleted: the manifest is read again right
-before deleting. Dry-run unless ``apply``.
+Three kinds qualify: temp files of writes a crash interrupted (local storage); orphans (on
+storage, in no manifest: a crashed or failed writer's files), aged by their storage time; and
+files compaction replaced (the manifest's ``replaced``), aged from the replacement, so readers
+holding the older manifest keep working for the retention period. A file the current manifest
+references is never deleted: the manifest is read again right before deleting. Dry-run unless
+``apply``.
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ def vacuum_stream(lake: Lake, paths: StreamPaths, retention_s: float, apply: boo
             reason = f"orphan written {iso_ms(when)}"
         if when <= cutoff:
             chosen.append(Deletion(path, reason, info.size))
+    for info in lake.storage.leftovers(f"{paths.stream_dir}/"):
+        if info.mtime * 1000 <= cutoff:
+            chosen.append(Deletion(info.key, f"partial write left by a crash at {iso_ms(int(info.mtime * 1000))}", info.size))
     if apply and chosen:
         chosen = _delete(lake, paths, chosen)
     return chosen

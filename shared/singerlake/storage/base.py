@@ -84,6 +84,10 @@ class Storage(ABC):
     def read_etag(self, key: str) -> str:
         return self.read(key).etag
 
+    def leftovers(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Partial writes a crash left behind (never visible under a real key); none where writes are atomic."""
+        return iter(())
+
     def open_options(self) -> dict[str, str]:
         """The options ``open_storage(url, **options)`` needs to open this root again (elsewhere)."""
         return {}

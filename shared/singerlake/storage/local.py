@@ -115,6 +115,18 @@ class LocalStorage(Storage):
                     found.append(ObjectInfo(key, stat.st_size, stat.st_mtime))
         yield from sorted(found, key=lambda info: info.key)
 
+    def leftovers(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Temp files of writes killed before their link/rename; delete them with ``delete(info.key)``."""
+        base = self.root.joinpath(*prefix.split("/")[:-1]) if "/" in prefix else self.root
+        for dirpath, _, filenames in os.walk(base):
+            for name in filenames:
+                if name.startswith(_TMP_PREFIX):
+                    full = Path(dirpath, name)
+                    try:
+                        yield ObjectInfo(full.relative_to(self.root).as_posix(), full.stat().st_size, full.stat().st_mtime)
+                    except FileNotFoundError:
+                        continue
+
     def list_dirs(self, prefix: str) -> list[str]:
         base = self.root.joinpath(*[p for p in prefix.split("/") if p]) if prefix else self.root
         try:
