@@ -51,7 +51,7 @@ class LakeStream(Stream):
     def position(self) -> Position | None:
         return Position.from_bookmark(self.stream_state.get("position"), self.name)
 
-    def _reach(self, position: Position) -> None:
+    def reach(self, position: Position) -> None:
         self.stream_state["position"] = position.to_bookmark()
 
     def replay(self) -> StreamReplay:
@@ -72,7 +72,7 @@ class LakeStream(Stream):
                     yield deserialize_json(line)["record"]
             elif isinstance(event, Reached):
                 # Resumed after the SDK wrote the last record yielded: everything before is out.
-                self._reach(event.position)
+                self.reach(event.position)
                 self.state_manager.is_flushed = False
                 self._write_state_message()
             elif isinstance(event, Activate):
@@ -200,7 +200,7 @@ class TapSingerlake(Tap):
             elif isinstance(event, Schema):
                 write(event.line)
             elif isinstance(event, Reached):
-                stream._reach(event.position)
+                stream.reach(event.position)
                 self.state_writer.write_state(self.state)
             elif isinstance(event, Activate):
                 write(b'{"type":"ACTIVATE_VERSION","stream":%s,"version":%d}\n' % (_json_text(stream.name), event.version))
