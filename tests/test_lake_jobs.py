@@ -22,13 +22,14 @@ from singerlake.manifest import Manifest
 from singerlake.paths import StreamPaths, iso_ms, now_ms
 from singerlake.project import project
 from singerlake.repair import repair
+from singerlake.replay import BadBookmark
 from singerlake.schema_hash import schema_hash
 from singerlake.singer_file import write_data_file
 from singerlake.spark import spark_session
 from singerlake.storage import S3Storage
 from singerlake.vacuum import vacuum
 from singerlake.verify import verify
-from test_tap import of_type, replay, sample_input
+from test_tap import last_state, of_type, replay, sample_input
 
 CLI = shutil.which("singerlake", path=str(Path(sys.executable).parent)) or "singerlake"
 DAY_MS = 24 * 3600 * 1000
@@ -100,6 +101,7 @@ def test_repair_rebuilds_deleted_metadata_equivalently_and_the_tap_replays_the_s
     land(lake.config, sample_input(), batch_max_rows=10)
     before = {stream: lake.manifest(stream) for stream in ("users", "public.orders")}
     replayed_before = stored_lines(lake)
+    bookmark = last_state(replay(lake.config))
     metadata = [key for key in lake.keys() if key.endswith(".json")]
     for key in metadata:
         lake.storage.delete(key)
@@ -117,6 +119,10 @@ def test_repair_rebuilds_deleted_metadata_equivalently_and_the_tap_replays_the_s
             {k: v for k, v in f.items() if k not in strip} for f in old["files"]
         ]
     assert stored_lines(lake) == replayed_before
+    # Commits were renumbered (one per file): a bookmark from before the rebuild is refused, not misread.
+    assert lake.manifest("users")["generation"] != before["users"]["generation"]
+    with pytest.raises(BadBookmark, match="stream 'public.orders'.*rebuilt"):
+        replay(lake.config, state=bookmark)
     assert repair(open_lake(lake), spark, apply=True) == []  # nothing left to repair
     assert verify(open_lake(lake), spark) == []
 

@@ -99,15 +99,20 @@ def test_tap_id_is_the_extractor_name(project, first):
     assert (project / "singerlake" / "raw" / "tap-jsonl" / "users" / "manifest.json").is_file()
 
 
-def test_meltano_saves_both_states(first):
+def generation(project: Path) -> str:
+    return json.loads((project / "singerlake" / "raw" / "tap-jsonl" / "users" / "manifest.json").read_text())["generation"]
+
+
+def test_meltano_saves_both_states(project, first):
     states = first["states"]
-    assert states["dev:tap-singerlake-to-target-jsonl"] == {"bookmarks": {"users": {"position": {"commit": 1, "records": 24}}}}
+    position = {"commit": 1, "records": 24, "generation": generation(project)}
+    assert states["dev:tap-singerlake-to-target-jsonl"] == {"bookmarks": {"users": {"position": position}}}
     # target-singerlake passed tap-jsonl's STATE on once it was committed, and Meltano saved it
     partitions = states["dev:tap-jsonl-to-target-singerlake"]["bookmarks"]["users"]["partitions"]
     assert sorted(Path(p["context"]["_sdc_filename"]).name for p in partitions) == ["users-1.jsonl", "users-2.jsonl"]
 
 
-def test_second_run_replays_only_what_was_landed_since(first, second):
+def test_second_run_replays_only_what_was_landed_since(project, first, second):
     # tap-jsonl 0.3.1 is not incremental (meltano.yml says why): it sends every file again, and a raw zone keeps
     # what each run sent, so the lake holds the sample, then the sample again with the new file
     assert mp.without_sdc(second["lake"]) == SAMPLE + SAMPLE + NEW
@@ -115,7 +120,8 @@ def test_second_run_replays_only_what_was_landed_since(first, second):
     assert second["output"][: len(first["output"])] == first["output"]  # target-jsonl appends to users.jsonl
     assert second["output"][len(first["output"]) :] == second["lake"][len(first["lake"]) :]
     assert mp.without_sdc(second["output"]).count(NEW[0]) == 1
-    assert second["states"]["dev:tap-singerlake-to-target-jsonl"] == {"bookmarks": {"users": {"position": {"commit": 2, "records": 30}}}}
+    position = {"commit": 2, "records": 30, "generation": generation(project)}
+    assert second["states"]["dev:tap-singerlake-to-target-jsonl"] == {"bookmarks": {"users": {"position": position}}}
     assert second["output_after_idle_replay"] == second["output"]  # nothing new landed: nothing replayed
 
 

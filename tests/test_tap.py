@@ -128,7 +128,8 @@ def test_state_follows_each_file_and_ends_at_each_streams_last_commit(local_lake
     for stream, entries in files.items():
         last = entries[-1]
         in_last_commit = sum(e["records"] for e in entries if e["commit"] == last["commit"])
-        assert final[stream]["position"] == {"commit": last["commit"], "records": in_last_commit}
+        generation = local_lake.manifest(stream)["generation"]
+        assert final[stream]["position"] == {"commit": last["commit"], "records": in_last_commit, "generation": generation}
     # A STATE covers only records before it: replaying from any STATE emits exactly the rest.
     for index, line in enumerate(out):
         if json.loads(line)["type"] == "STATE":
@@ -265,7 +266,8 @@ def test_a_truncated_file_stops_the_run_naming_it_after_the_files_before_it(lake
     assert damaged["path"] in result.stderr.decode() and "truncated" in result.stderr.decode()
     out = result.stdout.splitlines()
     assert of_type(out, "RECORD") == records[:10]  # nothing of the damaged file
-    assert last_state(out)["bookmarks"]["users"]["position"] == {"commit": 1, "records": 10}
+    generation = lake.manifest("users")["generation"]
+    assert last_state(out)["bookmarks"]["users"]["position"] == {"commit": 1, "records": 10, "generation": generation}
 
 
 def test_a_hash_mismatch_stops_the_run_naming_the_file(local_lake, tmp_path):

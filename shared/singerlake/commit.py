@@ -77,6 +77,8 @@ def update_manifest(
             if seed is not None and not seeded:
                 seeded.append(seed())
             manifest = Manifest.from_dict(seeded[0].to_dict(), source) if seeded else Manifest(paths.tap_id, paths.stream)
+            if not manifest.generation:
+                manifest.start_generation()
         result[:] = [manifest]
         if change(manifest) is False and current is not None:
             return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ class Manifest:
     writers: dict[str, dict[str, str]] = field(default_factory=dict)
     activate_versions: list[dict[str, Any]] = field(default_factory=list)
     replaced: list[dict[str, Any]] = field(default_factory=list)  # files swapped out by compaction, until vacuum
+    generation: str | None = None  # set when the manifest is first written; a rebuild starts a new one
 
     # -- versions ---------------------------------------------------------------------------
     def add_version(self, schema_hash: str, schema: dict, key_properties: list[str], first_seen_ms: int) -> str:
@@ -36,6 +38,10 @@ class Manifest:
                 "first_seen": iso_ms(first_seen_ms),
             }
         return self.versions[schema_hash]["version"]
+
+    def start_generation(self) -> None:
+        """A new numbering of commits: bookmarks taken against an older generation are refused."""
+        self.generation = uuid.uuid4().hex
 
     def latest_hash(self) -> str | None:
         if not self.versions:
@@ -83,6 +89,7 @@ class Manifest:
             "tap_id": self.tap_id,
             "stream": self.stream,
             "commits": self.commits,
+            **({"generation": self.generation} if self.generation else {}),
             "versions": self.versions,
             "writers": self.writers,
             "activate_versions": self.activate_versions,
@@ -113,6 +120,7 @@ class Manifest:
             doc.get("writers", {}),
             doc.get("activate_versions", []),
             doc.get("replaced", []),
+            doc.get("generation"),
         )
 
 
@@ -141,6 +149,8 @@ def validate_manifest(doc: Any, source: str) -> None:
     commits = doc.get("commits")
     if not _is_count(commits):
         fail(f"field 'commits' must be a non-negative integer, got {commits!r}")
+    if not isinstance(doc.get("generation", ""), str):
+        fail("field 'generation' must be a string")
     versions = doc.get("versions")
     if not isinstance(versions, dict):
         fail("field 'versions' must be an object of schema hash -> version")

@@ -69,6 +69,7 @@ def repair(lake: Lake, spark, apply: bool = False, progress: Progress | None = N
             manifest, problem = read_manifest(lake, paths)
             if problem:
                 manifest, skipped = rebuild_manifest(lake, paths, spark, progress)
+                manifest.start_generation()  # commits are renumbered: readers' old bookmarks must not apply
                 actions.append(Action(paths.manifest, f"rebuild from {len(manifest.files)} data files ({problem.detail})"))
                 actions += skipped
                 if apply:

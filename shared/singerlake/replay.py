@@ -16,7 +16,7 @@ import tempfile
 import zlib
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from singerlake.manifest import Manifest
@@ -36,22 +36,29 @@ class BadBookmark(ValueError):
 
 @dataclass(frozen=True, order=True)
 class Position:
-    """All records before this point are replayed: commits < ``commit``, and the first ``records`` of ``commit``."""
+    """All records before this point are replayed: commits < ``commit``, and the first ``records`` of ``commit``.
+
+    ``generation`` names the manifest the numbers belong to (SPEC.md §5); it takes no part in ordering.
+    """
 
     commit: int
     records: int
+    generation: str | None = field(default=None, compare=False)
 
-    def to_bookmark(self) -> dict[str, int]:
-        return {"commit": self.commit, "records": self.records}
+    def to_bookmark(self) -> dict[str, Any]:
+        bookmark: dict[str, Any] = {"commit": self.commit, "records": self.records}
+        if self.generation:
+            bookmark["generation"] = self.generation
+        return bookmark
 
     @classmethod
     def from_bookmark(cls, value: Any, stream: str) -> Position | None:
         if value is None:
             return None
         ok = isinstance(value, dict) and all(type(value.get(k)) is int and value[k] >= 0 for k in ("commit", "records"))
-        if not ok:
+        if not ok or not isinstance(value.get("generation", ""), str):
             raise BadBookmark(f"stream {stream!r}: state bookmark 'position' must be {{'commit': int, 'records': int}}, got {value!r}")
-        return cls(value["commit"], value["records"])
+        return cls(value["commit"], value["records"], value.get("generation"))
 
 
 @dataclass(frozen=True)
@@ -215,10 +222,19 @@ class StreamReplay:
         self._check_bookmark()
 
     def _check_bookmark(self) -> None:
-        if self.after is not None and self.after.commit > self.manifest.commits:
+        stream, after = self.manifest.stream, self.after
+        if after is None:
+            return
+        if after.generation and self.manifest.generation and after.generation != self.manifest.generation:
             raise BadBookmark(
-                f"stream {self.manifest.stream!r}: the state bookmark is at commit {self.after.commit}, but the lake has "
-                f"only {self.manifest.commits} commits for it. The lake was rebuilt or the state belongs to another lake; "
+                f"stream {stream!r}: the state bookmark belongs to manifest generation {after.generation}, but the "
+                f"manifest is now generation {self.manifest.generation}: it was rebuilt, so commit numbers changed. "
+                "Clear the stream's state to replay it from the start."
+            )
+        if after.commit > self.manifest.commits:
+            raise BadBookmark(
+                f"stream {stream!r}: the state bookmark is at commit {after.commit}, but the lake has only "
+                f"{self.manifest.commits} commits for it. The lake was rebuilt or the state belongs to another lake; "
                 "clear the stream's state to replay it from the start."
             )
 
@@ -229,12 +245,14 @@ class StreamReplay:
             for run in runs:
                 self._commit_sizes[run.commit] += run.records
         self._pending = sorted(self.manifest.activate_versions, key=lambda a: a["after_commit"])
-        self._position = self.after or Position(0, 0)
+        generation = self.manifest.generation
+        start = self.after or Position(0, 0)
+        self._position = Position(start.commit, start.records, generation)
         current_hash = None
         for entry, runs in placed:
             yield from self._activations(before_commit=runs[0].commit)
             skip = already_replayed(runs, self.after)
-            self._position = max(self._position, Position(runs[-1].commit, runs[-1].first + runs[-1].records))
+            self._position = max(self._position, Position(runs[-1].commit, runs[-1].first + runs[-1].records, generation))
             if skip >= entry["records"] or self.window.misses(entry):
                 continue  # nothing new, or outside the window: never opened
             try:
@@ -257,7 +275,8 @@ class StreamReplay:
         """ACTIVATE_VERSION messages placed before ``before_commit`` (all when None), unless replayed already."""
         while self._pending and (before_commit is None or self._pending[0]["after_commit"] < before_commit):
             activation = self._pending.pop(0)
-            place = Position(activation["after_commit"], self._commit_sizes[activation["after_commit"]])
+            after_commit = activation["after_commit"]
+            place = Position(after_commit, self._commit_sizes[after_commit], self.manifest.generation)
             if self.after is None or self.after < place:
                 yield Activate(activation["version"])
                 self._position = max(self._position, place)
