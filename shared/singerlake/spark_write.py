@@ -20,7 +20,7 @@ from singerlake.paths import StreamPaths
 from singerlake.singer_file import store
 from singerlake.storage import Storage
 
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 1 << 20
 RESULT_SCHEMA = "first_chunk long, meta string"
 
 
