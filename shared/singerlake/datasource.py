@@ -23,14 +23,16 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Iterator
+from datetime import datetime, timezone
 
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from singerlake.catalogue import replay_schema
 from singerlake.lake import Lake
-from singerlake.replay import Position, already_replayed, file_runs, open_verified
-from singerlake.spark_schema import _timestamp, row_converter, struct_type
+from singerlake.replay import Position, already_replayed, check_bookmark, file_runs, open_verified
+from singerlake.singer_file import record_time_ms
+from singerlake.spark_schema import row_converter, struct_type
 from singerlake.storage import S3_OPTIONS, Storage
 
 POSITION_COLUMNS = [
@@ -85,6 +87,7 @@ class SingerlakeDataSource(DataSource):
     def reader(self, schema: T.StructType) -> DataSourceReader:
         lake, manifest, _, hashes = self._selected()
         after = Position.from_bookmark(json.loads(self.options["after"]), manifest.stream) if self.options.get("after") else None
+        check_bookmark(after, manifest)
         until = int(self.options.get("until_commit") or manifest.commits)
         labels = {h: info["version"] for h, info in manifest.versions.items()}
         files = []
@@ -120,6 +123,7 @@ class _Reader(DataSourceReader):
                 if index < file["skip"]:
                     continue
                 message = json.loads(line)
-                time = _timestamp(message.get("time_extracted")) or _timestamp((message.get("record") or {}).get("_sdc_extracted_at"))
+                ms = record_time_ms(message, None)  # SPEC.md §1; None: the record has no time of its own
+                time = None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
                 commit, position = positions[index]
                 yield (*convert(message.get("record") or {}), commit, position, file["version"], time)

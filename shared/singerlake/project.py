@@ -26,7 +26,7 @@ from singerlake.commit import compare_and_swap
 from singerlake.datasource import POSITION_COLUMNS, register
 from singerlake.lake import Lake
 from singerlake.paths import encode_segment, iso_ms, new_file_id, now_ms
-from singerlake.replay import Position, file_runs
+from singerlake.replay import Position, check_bookmark, end_of, file_runs
 from singerlake.storage import NotFound, Storage
 
 WRITTEN_SCHEMA = "path string, rows long"
@@ -117,8 +117,9 @@ def project_stream(lake: Lake, spark, tap_id: str, stream: str, formats: list[st
         processed = None
     manifest = lake.manifest(tap_id, stream)
     placed = file_runs(manifest)
-    end = max((Position(runs[-1].commit, runs[-1].first + runs[-1].records) for _, runs in placed), default=Position(0, 0))
-    after = Position(**processed["position"]) if processed else None
+    end = max((end_of(runs, manifest.generation) for _, runs in placed), default=Position(0, 0, manifest.generation))
+    after = Position.from_bookmark(processed["position"], stream) if processed else None
+    check_bookmark(after, manifest)
     summary = {"stream": stream, "staging": processed["staging"] if processed else None, "rows": processed["rows"] if processed else 0}
     if after is not None and after >= end:
         return {**summary, "new_records": 0}

@@ -90,6 +90,30 @@ def file_runs(manifest: Manifest) -> list[tuple[dict, list[Run]]]:
     return placed
 
 
+def end_of(runs: list[Run], generation: str | None = None) -> Position:
+    """The position just after a file's last record."""
+    return Position(runs[-1].commit, runs[-1].first + runs[-1].records, generation)
+
+
+def check_bookmark(after: Position | None, manifest: Manifest) -> None:
+    """Refuse a bookmark that belongs to another numbering of the stream's commits."""
+    stream = manifest.stream
+    if after is None:
+        return
+    if after.generation and manifest.generation and after.generation != manifest.generation:
+        raise BadBookmark(
+            f"stream {stream!r}: the state bookmark belongs to manifest generation {after.generation}, but the "
+            f"manifest is now generation {manifest.generation}: it was rebuilt, so commit numbers changed. "
+            "Clear the stream's state to replay it from the start."
+        )
+    if after.commit > manifest.commits:
+        raise BadBookmark(
+            f"stream {stream!r}: the state bookmark is at commit {after.commit}, but the lake has only "
+            f"{manifest.commits} commits for it. The lake was rebuilt or the state belongs to another lake; "
+            "clear the stream's state to replay it from the start."
+        )
+
+
 def already_replayed(runs: list[Run], after: Position | None) -> int:
     """How many records of a file (a prefix, since runs ascend) lie before the bookmark."""
     if after is None:
@@ -219,24 +243,7 @@ class StreamReplay:
         self.files_opened: list[str] = []
         self.files_skipped: list[str] = []
         self._times = TimeParser()
-        self._check_bookmark()
-
-    def _check_bookmark(self) -> None:
-        stream, after = self.manifest.stream, self.after
-        if after is None:
-            return
-        if after.generation and self.manifest.generation and after.generation != self.manifest.generation:
-            raise BadBookmark(
-                f"stream {stream!r}: the state bookmark belongs to manifest generation {after.generation}, but the "
-                f"manifest is now generation {self.manifest.generation}: it was rebuilt, so commit numbers changed. "
-                "Clear the stream's state to replay it from the start."
-            )
-        if after.commit > self.manifest.commits:
-            raise BadBookmark(
-                f"stream {stream!r}: the state bookmark is at commit {after.commit}, but the lake has only "
-                f"{self.manifest.commits} commits for it. The lake was rebuilt or the state belongs to another lake; "
-                "clear the stream's state to replay it from the start."
-            )
+        check_bookmark(after, manifest)
 
     def events(self) -> Iterator[Schema | Lines | Activate | Reached]:
         placed = file_runs(self.manifest)
@@ -252,7 +259,7 @@ class StreamReplay:
         for entry, runs in placed:
             yield from self._activations(before_commit=runs[0].commit)
             skip = already_replayed(runs, self.after)
-            self._position = max(self._position, Position(runs[-1].commit, runs[-1].first + runs[-1].records, generation))
+            self._position = max(self._position, end_of(runs, generation))
             if skip >= entry["records"] or self.window.misses(entry):
                 continue  # nothing new, or outside the window: never opened
             try:

@@ -36,7 +36,7 @@ def parse_time_ms(value: object) -> int | None:
     return ms if ms >= 0 else None  # start/end are ms since the epoch (SPEC.md §5): earlier is unusable
 
 
-def record_time_ms(message: dict, received_ms: int) -> int:
+def record_time_ms(message: dict, received_ms: int | None) -> int | None:
     """The time a record is filed under: ``time_extracted``, else ``_sdc_extracted_at``, else receipt."""
     found = parse_time_ms(message.get("time_extracted"))
     if found is None and isinstance(message.get("record"), dict):
