@@ -14,6 +14,8 @@ import json
 import re
 import select
 import subprocess
+import threading
+import zlib
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -37,7 +39,7 @@ from lakes import (
     state_msg,
 )
 from singer_sdk.exceptions import ConfigValidationError, MissingKeyPropertiesError, RecordsWithoutSchemaException
-from singerlake import Lake
+from singerlake import Lake, spark_write
 from singerlake.paths import now_ms
 from singerlake.schema_hash import schema_hash
 from target_singerlake.target import TargetSingerlake
@@ -88,7 +90,7 @@ def test_layout_manifest_catalogue_and_lake_metadata(lake):
         digest = schema_hash(schema, keys)
         assert len(digest) == 13
         manifest = lake.manifest(stream)
-        assert manifest["format"] == "singerlake-manifest" and manifest["spec_version"] == "1.0"
+        assert manifest["format"] == "singerlake-manifest" and manifest["spec_version"] == "1.1"
         assert (manifest["tap_id"], manifest["stream"]) == (TAP, stream)
         assert list(manifest["versions"]) == [digest]
         version = manifest["versions"][digest]
@@ -145,7 +147,7 @@ def test_layout_manifest_catalogue_and_lake_metadata(lake):
         assert meta["metadata"]["table-key-properties"] == keys
 
     root = lake.json("raw/singerlake.json")
-    assert root["format"] == "singerlake" and root["spec_version"] == "1.0"
+    assert root["format"] == "singerlake" and root["spec_version"] == "1.1"
     assert root["taps"] == {TAP: {"path": f"raw/{TAP}", **annotations}}
 
 
@@ -257,6 +259,57 @@ def test_a_large_segment_split_over_several_files_keeps_record_order_in_one_comm
     assert {entry["commit"] for entry in files} == {1}
     assert sum(entry["records"] for entry in files) == 20_000
     assert lake.stored("big") == lines[1:]
+
+
+def gzip_members(data: bytes) -> int:
+    count = 0
+    while data:
+        unzip = zlib.decompressobj(31)
+        unzip.decompress(data)
+        assert unzip.eof, "truncated gzip member"
+        data, count = unzip.unused_data, count + 1
+    return count
+
+
+def test_data_files_are_gzip_members_that_the_gzip_command_reads_whole(local_lake):
+    """The driver gzips ~1 MiB chunks; a file is its SCHEMA member followed by chunk members (§4)."""
+    lake = local_lake
+    lines = [schema_msg("wide", USERS, ["id"])]
+    lines += [record_msg("wide", f'{{"id":{n},"pad":"{n:0>300}"}}', "2024-01-01T00:00:00.000Z") for n in range(12_000)]
+
+    land(lake.config, joined(lines))
+
+    files = lake.manifest("wide")["files"]
+    unzipped = []
+    for entry in files:
+        stored = lake.read(entry["path"])
+        assert gzip_members(stored) >= 2
+        text = subprocess.run(["gzip", "-dc"], input=stored, check=True, capture_output=True).stdout
+        assert text.split(b"\n")[0] == lines[0]
+        unzipped += text.splitlines()[1:]
+    assert sum(gzip_members(lake.read(entry["path"])) for entry in files) >= len(files) + 3  # 3.7 MiB, ~1 MiB chunks
+    assert unzipped == lines[1:]
+
+
+def test_chunks_waiting_for_gzip_are_bounded_so_fast_input_cannot_pile_up_raw_text(monkeypatch):
+    """With one gzip thread stuck, the reader may hand over two chunks; the third waits for them."""
+    unblock = threading.Event()
+
+    def stuck_gzip(data, level):
+        unblock.wait(30)
+        return gzip.compress(bytes(data), level, mtime=0)
+
+    monkeypatch.setattr(spark_write, "gzip_member", stuck_gzip)
+    compressor = spark_write.ChunkCompressor(6, threads=1)
+    chunks = [compressor.chunk(b"a\n", 1, 0, 0), compressor.chunk(b"b\n", 1, 0, 0)]
+    third = threading.Thread(target=lambda: chunks.append(compressor.chunk(b"c\n", 1, 0, 0)))
+    third.start()
+    third.join(0.5)
+    assert third.is_alive() and len(chunks) == 2  # the reader waits instead of queueing more raw text
+    unblock.set()
+    third.join(30)
+    assert [gzip.decompress(chunk.member.result()) for chunk in chunks] == [b"a\n", b"b\n", b"c\n"]
+    compressor.close()
 
 
 # -- STATE after commit --------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from singerlake.messages import (
 from singerlake.paths import iso_ms, now_ms
 from singerlake.schema_hash import schema_hash
 from singerlake.singer_file import DEFAULT_COMPRESSLEVEL
-from singerlake.spark_write import CHUNK_BYTES, Chunk, FileJob, chunk_table, write_with_spark
+from singerlake.spark_write import CHUNK_BYTES, Chunk, ChunkCompressor, FileJob, chunk_table, gzip_member, write_with_spark
 from singerlake.writer import SchemaWriter
 
 log = logging.getLogger("singerlake.landing")
@@ -84,12 +84,13 @@ class Segment:
     """Consecutive records of one stream under one schema, in arrival order, already cut into chunks.
 
     Building the chunks while reading keeps per-record work in the reading thread; the drain
-    thread only hands finished buffers to Spark.
+    thread only hands finished (gzipped) chunks to Spark.
     """
 
-    def __init__(self, schema: StreamSchema, chunk_bytes: int):
+    def __init__(self, schema: StreamSchema, chunk_bytes: int, compressor: ChunkCompressor):
         self.schema = schema
         self.chunk_bytes = chunk_bytes
+        self.compressor = compressor
         self.chunks: list[Chunk] = []
         self.buffer = bytearray()
         self.start, self.end = math.inf, -math.inf
@@ -103,12 +104,11 @@ class Segment:
         if len(self.buffer) >= self.chunk_bytes:
             self.seal()
 
-    def seal(self) -> list[Chunk]:
+    def seal(self) -> None:
         if self.buffer:
-            self.chunks.append(Chunk(self.buffer, self.buffer.count(b"\n"), self.start, self.end))
+            self.chunks.append(self.compressor.chunk(self.buffer, self.buffer.count(b"\n"), self.start, self.end))
             self.buffer = bytearray()
             self.start, self.end = math.inf, -math.inf
-        return self.chunks
 
 
 @dataclass
@@ -146,6 +146,7 @@ class Lander:
         self.schemas: dict[str, StreamSchema] = {}
         self.writers: dict[tuple[str, str], SchemaWriter] = {}
         self.parse_time = TimeParser()
+        self.compressor = ChunkCompressor(settings.compresslevel)
         self.line_number = 0
         self.counts = {"RECORD": 0, "SCHEMA": 0, "STATE": 0, "ACTIVATE_VERSION": 0, "BATCH": 0}
         self._new_batch()
@@ -242,7 +243,7 @@ class Lander:
             line += b"\n"
         segment = current.segment
         if segment is None:
-            segment = current.segment = Segment(current, CHUNK_BYTES)
+            segment = current.segment = Segment(current, CHUNK_BYTES, self.compressor)
             self.batch.setdefault(stream, []).append(segment)
         segment.add(line, stamp)
         self.batch_rows += 1
@@ -335,6 +336,10 @@ class Lander:
     def _drain(self) -> None:
         """Hand the batch to the drain thread (waiting while two are already in line)."""
         state = self.latest_state if self.latest_state != self.scheduled_state else None
+        for items in self.batch.values():
+            for item in items:
+                if isinstance(item, Segment):
+                    item.seal()  # here, not in the drain thread: only the batch's owner feeds the compressor
         job = DrainJob(self.batch, state)
         if not job.streams and job.state is None:
             return
@@ -397,12 +402,11 @@ class Lander:
             self.lake.storage,
             writer.paths,
             writer.schema_hash,
-            writer.schema_line + b"\n",
+            gzip_member(writer.schema_line + b"\n", self.settings.compresslevel),
             self.settings.max_file_bytes,
-            self.settings.compresslevel,
             self.settings.work_id,
         )
-        table = chunk_table(segment.seal())
+        table = chunk_table(segment.chunks)
         segment.chunks = []  # the table holds the only copy now
         started = time.monotonic()
         records = write_with_spark(self.spark(), job, table)
@@ -469,6 +473,7 @@ class Lander:
 
     def close(self) -> None:
         """Release every lock (also after a failure: uncommitted files stay invisible)."""
+        self.compressor.close()
         for writer in self.writers.values():
             try:
                 writer.close()

@@ -12,7 +12,7 @@ from singerlake.paths import file_id_ms, iso_ms
 from singerlake.schema_hash import is_schema_hash
 
 MANIFEST_FORMAT = "singerlake-manifest"
-SPEC_VERSION = "1.0"
+SPEC_VERSION = "1.1"
 
 
 @dataclass

@@ -24,8 +24,12 @@ LOCAL_DEFAULTS = {
     # A JVM out of memory must die (and fail the run), never hang.
     "spark.executor.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",
 }
-# Short-lived local driver: C1-compiled code starts faster and our jobs mostly move bytes.
-DRIVER_JAVA_OPTIONS = "-XX:+ExitOnOutOfMemoryError -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# Short-lived local driver: C1-compiled code starts faster and our jobs mostly move bytes. The heap
+# starts small and gives back what a full GC frees, so a long run stays at the size of a short one
+# (peak RSS of a whole landing, 5M records: 0.94 GB with these flags, 1.17 GB without; 1M: 0.90 against 0.97).
+DRIVER_JAVA_OPTIONS = (
+    "-XX:+ExitOnOutOfMemoryError -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms64m -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
+)
 
 
 def spark_session(

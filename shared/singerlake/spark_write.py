@@ -1,18 +1,24 @@
 """Writing a batch of one stream-schema as a Spark DataFrame; data files are written on executors.
 
-The DataFrame's rows are *chunks*: runs of consecutive raw Singer lines (about 1 MiB each) with
-their record count and time range. Few large rows keep Spark's per-row cost out of the way while
-the records themselves still travel through Spark to the executors, which gzip them and write
-the data files (create-only). Only the files' metadata records come back to the driver, which
-commits them (SPEC.md §9). Nothing becomes visible if any task fails.
+The DataFrame's rows are *chunks*: runs of consecutive raw Singer lines (about 1 MiB each), each
+already gzipped as one gzip member, with their record count and time range. The driver gzips
+each chunk in a thread pool while it goes on reading, so the bytes that cross Spark (and, on a
+cluster, the network) are about a ninth of the text, and few large rows keep Spark's per-row
+cost out of the way. Executors join the members of a file behind its SCHEMA member (a series of
+members is one gzip file, RFC 1952 §2.2), hash it and write it (create-only). Only the files'
+metadata records come back to the driver, which commits them (SPEC.md §9). Nothing becomes
+visible if any task fails.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import zlib
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +30,12 @@ CHUNK_BYTES = 1 << 20
 RESULT_SCHEMA = "first_chunk long, meta string"
 
 
+def gzip_member(data: bytes | bytearray, compresslevel: int) -> bytes:
+    """``data`` as one complete gzip member (mtime 0, no name: equal input, equal bytes)."""
+    compressor = zlib.compressobj(compresslevel, zlib.DEFLATED, 31)
+    return compressor.compress(data) + compressor.flush()
+
+
 @dataclass(frozen=True)
 class FileJob:
     """Everything an executor needs to write one stream-schema's files (pickled into the task)."""
@@ -31,35 +43,62 @@ class FileJob:
     storage: Storage
     paths: StreamPaths
     schema_hash: str
-    schema_line: bytes
+    schema_member: bytes  # the SCHEMA line as a gzip member: the head of every file
     max_file_bytes: int
-    compresslevel: int
     work_id: str | None
 
 
 @dataclass
 class Chunk:
-    """Consecutive newline-terminated lines, their count and time range."""
+    """Consecutive newline-terminated lines as one gzip member, with their count, size and time range."""
 
-    data: bytes | bytearray
+    member: bytes | Future[bytes]  # a Future while the driver's compressor pool works on it
+    raw_bytes: int
     records: int
     start: int
     end: int
+
+
+class ChunkCompressor:
+    """Gzips sealed chunks on a thread pool; zlib releases the GIL, so reading goes on meanwhile.
+
+    At most two chunks per thread wait uncompressed: when compression falls behind, ``chunk``
+    waits, so the raw text held stays a few MiB however fast the input comes.
+    """
+
+    def __init__(self, compresslevel: int, threads: int | None = None):
+        self.compresslevel = compresslevel
+        threads = threads or os.cpu_count() or 1
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="singerlake-gzip")
+        self._pending: deque[Future[bytes]] = deque()
+        self._max_pending = 2 * threads
+
+    def chunk(self, lines: bytes | bytearray, records: int, start: int, end: int) -> Chunk:
+        while self._pending and (self._pending[0].done() or len(self._pending) >= self._max_pending):
+            self._pending.popleft().result()
+        member = self._pool.submit(gzip_member, lines, self.compresslevel)
+        self._pending.append(member)
+        return Chunk(member, len(lines), records, start, end)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 def chunk_table(chunks: list[Chunk]):
     """The Arrow table a segment's DataFrame is made from: one row per chunk, in order."""
     import pyarrow as pa
 
+    members = [chunk.member if isinstance(chunk.member, bytes) else chunk.member.result() for chunk in chunks]
     offsets = [0]
-    for chunk in chunks:
-        offsets.append(offsets[-1] + len(chunk.data))
-    joined = pa.py_buffer(b"".join(chunk.data for chunk in chunks))  # the one copy of the batch
+    for member in members:
+        offsets.append(offsets[-1] + len(member))
+    joined = pa.py_buffer(b"".join(members))
     data = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(chunks), [None, pa.array(offsets, pa.int64()).buffers()[1], joined])
     return pa.table(
         {
             "seq": pa.array(range(len(chunks)), pa.int64()),
             "data": data,
+            "raw_bytes": pa.array([c.raw_bytes for c in chunks], pa.int64()),
             "records": pa.array([c.records for c in chunks], pa.int64()),
             "start": pa.array([c.start for c in chunks], pa.int64()),
             "end": pa.array([c.end for c in chunks], pa.int64()),
@@ -71,26 +110,24 @@ class _FileBuilder:
     def __init__(self, job: FileJob, first_chunk: int):
         self.job = job
         self.first_chunk = first_chunk
-        self.compressor = zlib.compressobj(job.compresslevel, zlib.DEFLATED, 31)  # gzip, mtime 0
-        self.parts = [self.compressor.compress(job.schema_line)]
+        self.parts = [job.schema_member]
         self.raw_bytes = 0
         self.records = 0
         self.start, self.end = math.inf, -math.inf
 
-    def add(self, data: bytes, records: int, start: int, end: int) -> None:
-        self.parts.append(self.compressor.compress(data))
-        self.raw_bytes += len(data)
+    def add(self, member: memoryview, raw_bytes: int, records: int, start: int, end: int) -> None:
+        self.parts.append(member)
+        self.raw_bytes += raw_bytes
         self.records += records
         self.start, self.end = min(self.start, start), max(self.end, end)
 
     def finish(self) -> dict[str, Any]:
         job = self.job
-        self.parts.append(self.compressor.flush())
         data = b"".join(self.parts)
         return store(job.storage, job.paths, job.schema_hash, data, int(self.start), int(self.end), self.records, job.work_id)
 
 
-def _chunks(batch) -> Iterator[tuple[int, memoryview, int, int, int]]:
+def _chunks(batch) -> Iterator[tuple[int, memoryview, int, int, int, int]]:
     """Rows of a chunk batch, with the data as zero-copy views of the Arrow buffer."""
     import pyarrow as pa
 
@@ -100,13 +137,14 @@ def _chunks(batch) -> Iterator[tuple[int, memoryview, int, int, int]]:
     payload = memoryview(data.buffers()[2])
     rows = zip(
         batch.column("seq").to_pylist(),
+        batch.column("raw_bytes").to_pylist(),
         batch.column("records").to_pylist(),
         batch.column("start").to_pylist(),
         batch.column("end").to_pylist(),
         strict=True,
     )
-    for index, (seq, records, start, end) in enumerate(rows):
-        yield seq, payload[offsets[index] : offsets[index + 1]], records, start, end
+    for index, (seq, raw_bytes, records, start, end) in enumerate(rows):
+        yield seq, payload[offsets[index] : offsets[index + 1]], raw_bytes, records, start, end
 
 
 def write_partition(job: FileJob, batches: Iterator[Any]) -> Iterator[Any]:
@@ -116,10 +154,10 @@ def write_partition(job: FileJob, batches: Iterator[Any]) -> Iterator[Any]:
     firsts, metas = [], []
     builder = None
     for batch in batches:
-        for seq, data, records, start, end in _chunks(batch):
+        for seq, member, raw_bytes, records, start, end in _chunks(batch):
             if builder is None:
                 builder = _FileBuilder(job, seq)
-            builder.add(data, records, start, end)
+            builder.add(member, raw_bytes, records, start, end)
             if builder.raw_bytes >= job.max_file_bytes:
                 firsts.append(builder.first_chunk)
                 metas.append(json.dumps(builder.finish()))
@@ -158,6 +196,6 @@ def _warm_partition(batches: Iterator[Any]) -> Iterator[Any]:
 
 def warm_up(spark) -> None:
     """Start the Python workers and load their imports while the first batch is still being read."""
-    table = chunk_table([Chunk(b"{}\n", 1, 0, 0)] * (2 * default_parallelism(spark)))
+    table = chunk_table([Chunk(gzip_member(b"{}\n", 1), 3, 1, 0, 0)] * (2 * default_parallelism(spark)))
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2")
     spark.createDataFrame(table).mapInArrow(_warm_partition, RESULT_SCHEMA).collect()
