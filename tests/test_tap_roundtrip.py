@@ -13,9 +13,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lakes import TAP, joined, land, schema_msg, state_msg
+from tap_singerlake.tap import ConfigError
 from test_tap import of_type, replay, schema_in_force
 
 STREAM_NAMES = ["users", "public.Orders", "a/b ü"]
@@ -79,8 +81,14 @@ def test_target_then_tap_gives_back_the_same_records_schemas_and_order(data, bat
     try:
         config = {"lake_root": str(area / "lake"), "tap_id": TAP}
         land(config, data, batch_max_rows=batch_max_rows)
-        out = replay(config)
         sent = data.splitlines()
+        if not of_type(sent, "RECORD"):
+            # Nothing landed: a stream enters the lake with its first committed record, so the
+            # tap says its tap_id has no data rather than replaying nothing.
+            with pytest.raises(ConfigError, match="setting 'tap_id'.*taps present: none"):
+                replay(config)
+            return
+        out = replay(config)
         for stream in {json.loads(line)["stream"] for line in of_type(sent, "RECORD")}:
             assert of_type(out, "RECORD", stream) == of_type(sent, "RECORD", stream)
             sent_schemas = [schema for name, schema in schema_in_force(sent) if name == stream]

@@ -25,13 +25,12 @@ from singerlake.lake import Lake
 from singerlake.lock import DEFAULT_DRIFT_S, DEFAULT_LEASE_S, DEFAULT_WAIT_S
 from singerlake.messages import (
     BadInput,
-    KeyCheck,
     MissingKeyProperties,
     RecordBeforeSchema,
+    RecordDecoder,
     TimeParser,
     decode_envelope,
     decode_full,
-    sdc_extracted_at,
 )
 from singerlake.paths import iso_ms, now_ms
 from singerlake.schema_hash import schema_hash
@@ -75,7 +74,7 @@ class StreamSchema:
     line: bytes
     hash: str
     key_properties: list[str]
-    key_check: KeyCheck | None = None
+    decoder: RecordDecoder
     validator: Any = None
     segment: Segment | None = None
 
@@ -144,6 +143,7 @@ class Lander:
         self.spark = spark
         self.emit_state = emit_state
         self.schemas: dict[str, StreamSchema] = {}
+        self._hot: StreamSchema | None = None  # the stream of the last RECORD
         self.writers: dict[tuple[str, str], SchemaWriter] = {}
         self.parse_time = TimeParser()
         self.compressor = ChunkCompressor(settings.compresslevel)
@@ -201,10 +201,17 @@ class Lander:
             line = line.encode("utf-8")
         if (len(line) < 8 or line[:1].isspace()) and not line.strip():  # blank (or whitespace-only) line
             return
+        hot = self._hot
+        if hot is not None:  # the common case: another RECORD of the stream just seen, one decode
+            envelope = hot.decoder.decode(line)
+            if envelope is not None:
+                self._record(hot, envelope, line)
+                self.counts["RECORD"] += 1
+                return
         envelope = decode_envelope(line, self.line_number)
         kind = envelope.type
         if kind == "RECORD":
-            self._record(envelope, line)
+            self._other_record(envelope, line)
         elif kind == "STATE":
             self._state(line)
         elif kind == "SCHEMA":
@@ -217,27 +224,33 @@ class Lander:
             raise BadInput(f"line {self.line_number}: unknown message type {kind!r}")
         self.counts[kind] += 1
 
-    def _record(self, envelope, line: bytes) -> None:
+    def _other_record(self, envelope, line: bytes) -> None:
+        """A RECORD the hot decoder did not take: of another stream, or bad (named here)."""
         number, stream = self.line_number, envelope.stream
         current = self.schemas.get(stream)
         if current is None:
             raise RecordBeforeSchema(f"line {number}: RECORD for stream {stream!r} arrived before its SCHEMA")
-        if memoryview(envelope.record)[:1] != b"{":  # missing, or not an object (Raw is not checked by type)
+        decoded = current.decoder.decode(line)
+        if decoded is None:  # the generic envelope is fine, so 'record' is missing or not an object
             raise BadInput(f"line {number}: RECORD for stream {stream!r} needs a JSON object in 'record'")
+        self._hot = current
+        self._record(current, decoded, line)
+
+    def _record(self, current: StreamSchema, envelope, line: bytes) -> None:
+        number, stream = self.line_number, envelope.stream
         if not line.isascii():  # msgspec does not check the UTF-8 inside a Raw value; readers would fail on it
             try:
                 line.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise BadInput(f"line {number}: RECORD for stream {stream!r} is not valid UTF-8 (byte {exc.start})") from None
-        if current.key_check is not None:
-            missing = current.key_check.missing(envelope.record, number, stream)
-            if missing:
-                raise MissingKeyProperties(f"line {number}: RECORD for stream {stream!r} lacks key properties {missing}")
+        missing = current.decoder.missing_keys(envelope.record)
+        if missing:
+            raise MissingKeyProperties(f"line {number}: RECORD for stream {stream!r} lacks key properties {missing}")
         if current.validator is not None:
-            self._validate(current, envelope.record, number, stream)
+            self._validate(current, line, number, stream)
         stamp = self.parse_time(envelope.time_extracted) if envelope.time_extracted is not None else None
         if stamp is None:
-            sdc = sdc_extracted_at(envelope.record)
+            sdc = current.decoder.sdc_extracted_at(envelope.record)
             stamp = (self.parse_time(sdc) if sdc is not None else None) or now_ms()
         if not line.endswith(b"\n"):
             line += b"\n"
@@ -253,8 +266,8 @@ class Lander:
         elif self.batch_rows % 10_000 == 0:
             self._drain_if_old()
 
-    def _validate(self, current: StreamSchema, raw: msgspec.Raw, number: int, stream: str) -> None:
-        error = next(iter(current.validator.iter_errors(json.loads(bytes(raw)))), None)
+    def _validate(self, current: StreamSchema, line: bytes, number: int, stream: str) -> None:
+        error = next(iter(current.validator.iter_errors(json.loads(line)["record"])), None)
         if error is not None:
             where = "/".join(str(part) for part in error.absolute_path) or "(record)"
             raise BadInput(f"line {number}: RECORD for stream {stream!r} fails its schema at {where}: {error.message}")
@@ -279,8 +292,8 @@ class Lander:
             from jsonschema import Draft7Validator
 
             validator = Draft7Validator(schema)
-        key_check = KeyCheck(keys) if keys else None
-        self.schemas[stream] = StreamSchema(message, line.rstrip(b"\r\n"), digest, keys, key_check, validator)
+        self.schemas[stream] = StreamSchema(message, line.rstrip(b"\r\n"), digest, keys, RecordDecoder(stream, keys), validator)
+        self._hot = None  # the stream's records now take its new decoder
 
     def _state(self, line: bytes) -> None:
         value = _state_decoder.decode(line).value
@@ -312,7 +325,7 @@ class Lander:
         for source, record in read_batch_records(message, self.lake.storage, number):
             wrapped = prefix + record + b"}\n"
             try:
-                self._record(decode_envelope(wrapped, number), wrapped)
+                self._other_record(decode_envelope(wrapped, number), wrapped)
             except BadInput as exc:
                 raise BadInput(f"{exc} (in BATCH file {source})") from None
 

@@ -58,23 +58,50 @@ def decode_full(line: bytes, number: int) -> dict:
     return message
 
 
-class KeyCheck:
-    """Finds the key properties missing from a raw record, decoding only those top-level fields."""
+SDC_EXTRACTED_AT = "_sdc_extracted_at"
 
-    def __init__(self, keys: list[str]):
+
+class RecordDecoder:
+    """Decodes a RECORD line of one stream (one schema) in one pass: the envelope, plus the record's
+    key properties and ``_sdc_extracted_at``. The rest of the record is checked as JSON and skipped."""
+
+    def __init__(self, stream: str, keys: list[str]):
+        self.stream = stream
         self.keys = keys
-        fields = [(f"k{index}", object, msgspec.UNSET) for index in range(len(keys))]
-        struct = msgspec.defstruct("Keys", fields, rename={f"k{index}": key for index, key in enumerate(keys)})
-        self._decoder = msgspec.json.Decoder(struct)
+        names = {f"k{index}": key for index, key in enumerate(keys)}
+        fields: list[tuple] = [(field, object, msgspec.UNSET) for field in names]
+        if SDC_EXTRACTED_AT in keys:
+            self._sdc = f"k{keys.index(SDC_EXTRACTED_AT)}"
+        else:
+            self._sdc, names["sdc"] = "sdc", SDC_EXTRACTED_AT
+            fields.append(("sdc", object, None))
+        head = msgspec.defstruct("RecordHead", fields, rename=names)
+        envelope = msgspec.defstruct(
+            "RecordEnvelope",
+            [("type", str), ("stream", str | None, None), ("time_extracted", str | None, None), ("record", head | None, None)],
+        )
+        self._decoder = msgspec.json.Decoder(envelope)
 
-    def missing(self, record: msgspec.Raw, number: int, stream: str) -> list[str]:
+    def decode(self, line: bytes):
+        """The decoded line, or None unless it is a well-formed RECORD of this stream holding an
+        object (the caller then decodes it generically, to route it or to name what is wrong)."""
         try:
-            found = msgspec.structs.astuple(self._decoder.decode(record))
+            envelope = self._decoder.decode(line)
         except (msgspec.ValidationError, msgspec.DecodeError):
-            raise BadInput(f"line {number}: RECORD for stream {stream!r} must hold a JSON object in 'record'") from None
-        if msgspec.UNSET not in found:
+            return None
+        if envelope.type != "RECORD" or envelope.stream != self.stream or envelope.record is None:
+            return None
+        return envelope
+
+    def missing_keys(self, record) -> list[str]:
+        values = msgspec.structs.astuple(record)
+        if msgspec.UNSET not in values:
             return []
-        return [key for key, value in zip(self.keys, found, strict=True) if value is msgspec.UNSET]
+        return [key for key, value in zip(self.keys, values[: len(self.keys)], strict=True) if value is msgspec.UNSET]
+
+    def sdc_extracted_at(self, record) -> Any:
+        value = getattr(record, self._sdc)
+        return None if value is msgspec.UNSET else value
 
 
 def sdc_extracted_at(record: msgspec.Raw) -> Any:
