@@ -238,7 +238,7 @@ class Lander:
 
     def _record(self, current: StreamSchema, envelope, line: bytes) -> None:
         number, stream = self.line_number, envelope.stream
-        if not line.isascii():  # msgspec does not check the UTF-8 inside a Raw value; readers would fail on it
+        if not line.isascii():  # msgspec does not check the UTF-8 of values it skips; readers would fail on it
             try:
                 line.decode("utf-8")
             except UnicodeDecodeError as exc:
