@@ -18,6 +18,12 @@ from singerlake.storage import LocalStorage, S3Storage
 S3_KEYS = {"access_key_id": "testing", "secret_access_key": "testing-secret", "region": "us-east-1"}
 
 
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers", "heavy: starts clusters or many processes; runs in CI, skip while iterating with -m 'not heavy'"
+    )
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -327,14 +327,14 @@ def test_state_is_emitted_only_after_the_records_before_it_are_committed(lake):
 
     target = TargetSingerlake(config={**lake.config, "batch_max_rows": 4})
     seen: list[tuple[str, dict[str, list[bytes]]]] = []
-    emit = target.lander.emit_state
+    emit = target.lander.drain.emit_state
 
     def watching_emit(state: bytes) -> None:
         committed = {s: lake.stored(s) if lake.has_manifest(s) else [] for s in ("a", "b")}
         seen.append((state.decode(), committed))
         emit(state)
 
-    target.lander.emit_state = watching_emit
+    target.lander.drain.emit_state = watching_emit
     out = io.StringIO()
     with redirect_stdout(out):
         target.listen(file_input=io.BytesIO(joined(lines)))
@@ -366,13 +366,13 @@ def test_every_state_is_emitted_in_order_when_batches_are_cut_at_each_state(loca
 
     target = TargetSingerlake(config={**lake.config, "max_batch_age_seconds": 0})
     committed_at_state = []
-    emit = target.lander.emit_state
+    emit = target.lander.drain.emit_state
 
     def watching_emit(state: bytes) -> None:
         committed_at_state.append(len(lake.stored("a")) if lake.has_manifest("a") else 0)
         emit(state)
 
-    target.lander.emit_state = watching_emit
+    target.lander.drain.emit_state = watching_emit
     out = io.StringIO()
     with redirect_stdout(out):
         target.listen(file_input=io.BytesIO(joined(lines)))

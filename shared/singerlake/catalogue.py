@@ -58,9 +58,13 @@ def load(data: bytes, source: str, expect: str) -> dict:
 
 
 def upsert_stream(catalogue: dict, entry: dict) -> dict:
-    streams = [s for s in catalogue.get("streams", []) if s["tap_stream_id"] != entry["tap_stream_id"]]
-    streams.append(entry)
-    return {"streams": sorted(streams, key=lambda s: s["tap_stream_id"])}
+    return upsert_streams(catalogue, [entry])
+
+
+def upsert_streams(catalogue: dict, entries: list[dict]) -> dict:
+    by_stream = {s["tap_stream_id"]: s for s in catalogue.get("streams", [])}
+    by_stream.update((entry["tap_stream_id"], entry) for entry in entries)
+    return {"streams": [by_stream[name] for name in sorted(by_stream)]}
 
 
 def empty_root() -> dict:

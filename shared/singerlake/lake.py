@@ -107,16 +107,20 @@ class Lake:
     # -- writing derived metadata ----------------------------------------------------------------
     def publish_stream(self, manifest: Manifest, annotations: dict[str, Any] | None = None) -> None:
         """Bring catalogue.json and singerlake.json up to date with a committed manifest."""
-        paths = self.paths(manifest.tap_id, manifest.stream)
-        entry = cat.catalog_entry(manifest, paths.stream_dir)
+        entry = cat.catalog_entry(manifest, self.paths(manifest.tap_id, manifest.stream).stream_dir)
+        self.publish_catalogue(manifest.tap_id, [entry])
+        self.register_tap(manifest.tap_id, annotations)
+
+    def publish_catalogue(self, tap_id: str, entries: list[dict[str, Any]]) -> None:
+        """Upsert catalog entries into the tap's catalogue.json in one compare-and-swap (no write when unchanged)."""
+        key = catalogue_key(tap_id)
 
         def change_catalogue(current: bytes | None) -> bytes | None:
-            base = self.rebuild_catalogue(manifest.tap_id) if current is None else cat.load(current, paths.catalogue, "catalogue")
-            updated = cat.upsert_stream(base, entry)
+            base = self.rebuild_catalogue(tap_id) if current is None else cat.load(current, self.storage.url_of(key), "catalogue")
+            updated = cat.upsert_streams(base, entries)
             return None if current is not None and updated == base else cat.dump(updated)
 
-        compare_and_swap(self.storage, paths.catalogue, change_catalogue)
-        self.register_tap(manifest.tap_id, annotations)
+        compare_and_swap(self.storage, key, change_catalogue)
 
     def register_tap(self, tap_id: str, annotations: dict[str, Any] | None = None) -> None:
         tap_path = tap_dir(tap_id)

@@ -1,26 +1,26 @@
-"""Landing a Singer message stream in the lake: batch, write through Spark, commit, then emit STATE.
+"""Landing a Singer message stream in the lake: read, batch, drain (SPEC.md §10).
 
-The reading thread decodes only message envelopes and keeps RECORD lines as the exact bytes
-received. Batches (bounded in rows and bytes) are handed to one drain thread, which writes each
-stream-schema segment as a Spark DataFrame job, commits its files under the stream-schema lock,
-and only then emits the STATE received before the batch was cut. While a batch drains, the next
-one fills, so reading overlaps Spark; at most two batches wait, which bounds memory.
+The ``Lander`` is the reading side: it routes each message, decoding only envelopes and keeping
+RECORD lines as the exact bytes received, and fills a ``Batch`` (``batch.py``). A batch is cut at
+its row, byte or age limit, or at a STATE when nothing is buffered, and handed with the STATE
+received before the cut to the ``Drain`` (``drain.py``), which writes, commits and only then
+emits that STATE. While a batch drains, the next one fills, so reading overlaps Spark; at most
+``queued_batches`` wait behind the draining one, which bounds memory.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
-import queue
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
+from singerlake.batch import ActivateVersion, Batch
+from singerlake.drain import Drain, DrainJob, LandingError
 from singerlake.lake import Lake
 from singerlake.lock import DEFAULT_DRIFT_S, DEFAULT_LEASE_S, DEFAULT_WAIT_S
 from singerlake.messages import (
@@ -32,17 +32,14 @@ from singerlake.messages import (
     decode_envelope,
     decode_full,
 )
-from singerlake.paths import iso_ms, now_ms
+from singerlake.paths import now_ms
 from singerlake.schema_hash import schema_hash
 from singerlake.singer_file import DEFAULT_COMPRESSLEVEL
-from singerlake.spark_write import CHUNK_BYTES, Chunk, ChunkCompressor, FileJob, chunk_table, gzip_member, write_with_spark
-from singerlake.writer import SchemaWriter
+from singerlake.spark_write import CHUNK_BYTES, ChunkCompressor
+
+__all__ = ["Lander", "LandingError", "LandingSettings", "Terminated"]
 
 log = logging.getLogger("singerlake.landing")
-
-
-class LandingError(RuntimeError):
-    """Writing or committing a batch failed; nothing of that batch is visible, earlier ones are."""
 
 
 class Terminated(Exception):
@@ -76,50 +73,6 @@ class StreamSchema:
     key_properties: list[str]
     decoder: RecordDecoder
     validator: Any = None
-    segment: Segment | None = None
-
-
-class Segment:
-    """Consecutive records of one stream under one schema, in arrival order, already cut into chunks.
-
-    Building the chunks while reading keeps per-record work in the reading thread; the drain
-    thread only hands finished (gzipped) chunks to Spark.
-    """
-
-    def __init__(self, schema: StreamSchema, chunk_bytes: int, compressor: ChunkCompressor):
-        self.schema = schema
-        self.chunk_bytes = chunk_bytes
-        self.compressor = compressor
-        self.chunks: list[Chunk] = []
-        self.buffer = bytearray()
-        self.start, self.end = math.inf, -math.inf
-
-    def add(self, line: bytes, stamp: int) -> None:
-        if stamp < self.start:
-            self.start = stamp
-        if stamp > self.end:
-            self.end = stamp
-        self.buffer += line
-        if len(self.buffer) >= self.chunk_bytes:
-            self.seal()
-
-    def seal(self) -> None:
-        if self.buffer:
-            self.chunks.append(self.compressor.chunk(self.buffer, self.buffer.count(b"\n"), self.start, self.end))
-            self.buffer = bytearray()
-            self.start, self.end = math.inf, -math.inf
-
-
-@dataclass
-class ActivateVersion:
-    version: Any
-    received_ms: int
-
-
-@dataclass
-class DrainJob:
-    streams: dict[str, list[Segment | ActivateVersion]]
-    state: bytes | None
 
 
 class _State(msgspec.Struct):
@@ -144,20 +97,16 @@ class Lander:
         self.emit_state = emit_state
         self.schemas: dict[str, StreamSchema] = {}
         self._hot: StreamSchema | None = None  # the stream of the last RECORD
-        self.writers: dict[tuple[str, str], SchemaWriter] = {}
         self.parse_time = TimeParser()
         self.compressor = ChunkCompressor(settings.compresslevel)
         self.line_number = 0
         self.counts = {"RECORD": 0, "SCHEMA": 0, "STATE": 0, "ACTIVATE_VERSION": 0, "BATCH": 0}
-        self._new_batch()
+        self.batch = Batch(CHUNK_BYTES, self.compressor)
         self.latest_state: bytes | None = None
         self.scheduled_state: bytes | None = None
-        self.error: BaseException | None = None
         self.stop_requested = False
         self.waiting_for_input = False
-        self._jobs: queue.Queue[DrainJob | None] = queue.Queue(maxsize=max(1, settings.queued_batches))
-        self._worker = threading.Thread(target=self._drain_loop, name="singerlake-drain", daemon=True)
-        self._worker.start()
+        self.drain = Drain(lake, settings, spark, emit_state, settings.queued_batches)
         # The batch belongs to whoever holds this: the reading loop per message, or the age watch.
         self._mutex = threading.Lock()
         self._stopped = threading.Event()
@@ -165,14 +114,6 @@ class Lander:
         self._watch.start()
 
     # -- reading ---------------------------------------------------------------------------------
-    def _new_batch(self) -> None:
-        self.batch: dict[str, list[Segment | ActivateVersion]] = {}
-        self.batch_rows = 0
-        self.batch_bytes = 0
-        self.batch_started = time.monotonic()
-        for current in self.schemas.values():
-            current.segment = None
-
     def _read(self, lines: Iterable[bytes | str]) -> Iterator[bytes | str]:
         """The input, marking the only place where SIGTERM may interrupt: waiting for the next line."""
         source = iter(lines)
@@ -254,16 +195,11 @@ class Lander:
             stamp = (self.parse_time(sdc) if sdc is not None else None) or now_ms()
         if not line.endswith(b"\n"):
             line += b"\n"
-        segment = current.segment
-        if segment is None:
-            segment = current.segment = Segment(current, CHUNK_BYTES, self.compressor)
-            self.batch.setdefault(stream, []).append(segment)
-        segment.add(line, stamp)
-        self.batch_rows += 1
-        self.batch_bytes += len(line)
-        if self.batch_rows >= self.max_rows or self.batch_bytes >= self.max_bytes:
+        batch = self.batch
+        batch.add(stream, current, line, stamp)
+        if batch.full(self.max_rows, self.max_bytes):
             self._drain()
-        elif self.batch_rows % 10_000 == 0:
+        elif batch.rows % 10_000 == 0:
             self._drain_if_old()
 
     def _validate(self, current: StreamSchema, line: bytes, number: int, stream: str) -> None:
@@ -300,7 +236,7 @@ class Lander:
         if not value:
             raise BadInput(f"line {self.line_number}: STATE message needs a 'value'")
         self.latest_state = bytes(value)
-        if self.batch_rows == 0 and not self.batch:
+        if not self.batch:
             self._drain()  # nothing buffered: it only waits for batches already draining
         else:
             self._drain_if_old()
@@ -310,8 +246,7 @@ class Lander:
         stream = message.get("stream")
         if stream not in self.schemas:
             raise RecordBeforeSchema(f"line {self.line_number}: ACTIVATE_VERSION for stream {stream!r} arrived before its SCHEMA")
-        self.batch.setdefault(stream, []).append(ActivateVersion(message.get("version"), now_ms()))
-        self.schemas[stream].segment = None  # records after it start a new segment
+        self.batch.activate_version(stream, ActivateVersion(message.get("version"), now_ms()))
 
     def _batch_message(self, line: bytes) -> None:
         from singerlake.batch_files import read_batch_records
@@ -338,126 +273,33 @@ class Lander:
                 try:
                     self._drain_if_old()
                 except LandingError:
-                    pass  # the reading thread reports it on its next drain or at the end
+                    pass  # the drain's error: the reading thread raises it on its next cut or at the end
                 finally:
                     self._mutex.release()
 
     def _drain_if_old(self) -> None:
-        if self.batch_rows and time.monotonic() - self.batch_started >= self.settings.max_batch_age_s:
+        if self.batch.rows and self.batch.age_s() >= self.settings.max_batch_age_s:
             self._drain()
 
     def _drain(self) -> None:
-        """Hand the batch to the drain thread (waiting while two are already in line)."""
+        """Cut the batch and hand it, with the STATE not yet scheduled, to the drain (waiting while it is behind)."""
         state = self.latest_state if self.latest_state != self.scheduled_state else None
-        for items in self.batch.values():
-            for item in items:
-                if isinstance(item, Segment):
-                    item.seal()  # here, not in the drain thread: only the batch's owner feeds the compressor
-        job = DrainJob(self.batch, state)
-        if not job.streams and job.state is None:
+        if not self.batch and state is None:
             return
-        while True:
-            self._raise_if_failed()
-            try:
-                self._jobs.put(job, timeout=0.2)
-                break
-            except queue.Full:
-                continue
+        self.batch.seal()
+        self.drain.submit(DrainJob(self.batch, state))
         if state is not None:
             self.scheduled_state = state
-        self._new_batch()
-
-    def _drain_loop(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            if self.error is not None:
-                continue  # a batch failed: later ones must not commit past it
-            try:
-                self._run(job)
-            except BaseException as exc:  # reported to the reading thread, which fails the run
-                self.error = exc
-
-    def _run(self, job: DrainJob) -> None:
-        for stream, items in job.streams.items():
-            for item in items:
-                if isinstance(item, Segment):
-                    self._write_segment(stream, item)
-                else:
-                    self._record_activation(stream, item)
-        if job.state is not None:
-            self.emit_state(job.state)
-
-    def _writer(self, schema: StreamSchema) -> SchemaWriter:
-        key = (schema.message["stream"], schema.hash)
-        writer = self.writers.get(key)
-        if writer is None:
-            s = self.settings
-            writer = SchemaWriter(
-                self.lake,
-                s.tap_id,
-                schema.message,
-                schema_line=schema.line,
-                work_id=s.work_id,
-                lease_s=s.lock_lease_s,
-                drift_s=s.lock_drift_s,
-                wait_s=s.lock_wait_s,
-                annotations=s.annotations,
-                compresslevel=s.compresslevel,
-            ).open()
-            self.writers[key] = writer
-        return writer
-
-    def _write_segment(self, stream: str, segment: Segment) -> None:
-        writer = self._writer(segment.schema)
-        job = FileJob(
-            self.lake.storage,
-            writer.paths,
-            writer.schema_hash,
-            gzip_member(writer.schema_line + b"\n", self.settings.compresslevel),
-            self.settings.max_file_bytes,
-            self.settings.work_id,
-        )
-        table = chunk_table(segment.chunks)
-        segment.chunks = []  # the table holds the only copy now
-        started = time.monotonic()
-        records = write_with_spark(self.spark(), job, table)
-        writer.commit(records)
-        log.info(
-            "committed %d records of %r in %d file(s) in %.2fs",
-            sum(r["records"] for r in records),
-            stream,
-            len(records),
-            time.monotonic() - started,
-        )
-
-    def _record_activation(self, stream: str, item: ActivateVersion) -> None:
-        paths = self.lake.paths(self.settings.tap_id, stream)
-
-        def change(manifest) -> None:
-            manifest.activate_versions.append(
-                {"version": item.version, "after_commit": manifest.commits, "received": iso_ms(item.received_ms)}
-            )
-
-        self.lake.update_manifest(paths, change)
-
-    def _raise_if_failed(self) -> None:
-        if self.error is not None:
-            cause = self.error
-            if isinstance(cause, ConnectionError) or type(cause).__name__.startswith("Py4J"):
-                cause = f"the Spark driver JVM stopped responding (did it die?): {cause}"
-            raise LandingError(f"landing failed, nothing after the last emitted STATE was committed: {cause}") from self.error
+        self.batch = Batch(CHUNK_BYTES, self.compressor)
 
     # -- ending ----------------------------------------------------------------------------------
     def finish(self) -> None:
         """Drain and commit everything, emit the last STATE received, release the locks."""
         self._stop_watch()
         try:
-            if self.batch or (self.latest_state is not None and self.latest_state != self.scheduled_state):
-                self._drain()
-            self._stop_worker()
-            self._raise_if_failed()
+            self._drain()
+            self.drain.stop()
+            self.drain.raise_if_failed()
         finally:
             self.close()
 
@@ -465,9 +307,9 @@ class Lander:
         """After bad input: batches already handed over still commit; the current one is dropped."""
         self._stop_watch()
         try:
-            self._stop_worker()
-            if self.error is not None:
-                log.error("a batch before the failure could not be committed either: %s", self.error)
+            self.drain.stop()
+            if self.drain.error is not None:
+                log.error("a batch before the failure could not be committed either: %s", self.drain.error)
         finally:
             self.close()
 
@@ -475,24 +317,10 @@ class Lander:
         self._stopped.set()
         self._watch.join()
 
-    def _stop_worker(self) -> None:
-        while self._worker.is_alive():
-            try:
-                self._jobs.put(None, timeout=0.2)
-                break
-            except queue.Full:
-                continue
-        self._worker.join()
-
     def close(self) -> None:
         """Release every lock (also after a failure: uncommitted files stay invisible)."""
         self.compressor.close()
-        for writer in self.writers.values():
-            try:
-                writer.close()
-            except Exception as exc:
-                log.warning("could not release %s: %s", writer.lock.key, exc)
-        self.writers.clear()
+        self.drain.close()
 
     def request_stop(self) -> None:
         """From a signal handler: stop reading. Raises only while blocked on input, so no message

@@ -1,13 +1,15 @@
-"""Writing a batch of one stream-schema as a Spark DataFrame; data files are written on executors.
+"""Writing a batch as one Spark DataFrame job; data files are written on executors.
 
 The DataFrame's rows are *chunks*: runs of consecutive raw Singer lines (about 1 MiB each), each
-already gzipped as one gzip member, with their record count and time range. The driver gzips
-each chunk in a thread pool while it goes on reading, so the bytes that cross Spark (and, on a
-cluster, the network) are about a ninth of the text, and few large rows keep Spark's per-row
-cost out of the way. Executors join the members of a file behind its SCHEMA member (a series of
-members is one gzip file, RFC 1952 §2.2), hash it and write it (create-only). Only the files'
-metadata records come back to the driver, which commits them (SPEC.md §9). Nothing becomes
-visible if any task fails.
+already gzipped as one gzip member, with their record count and time range, tagged with the
+*segment* (stream-schema run of records, SPEC.md §10) they belong to. All segments of a batch,
+whatever the number of streams, travel in one DataFrame, so a batch costs one Spark job. The
+driver gzips each chunk in a thread pool while it goes on reading, so the bytes that cross Spark
+(and, on a cluster, the network) are about a ninth of the text, and few large rows keep Spark's
+per-row cost out of the way. Executors join the members of a file behind its segment's SCHEMA
+member (a series of members is one gzip file, RFC 1952 §2.2), hash it and write it (create-only),
+several files at once. Only the files' metadata records come back to the driver, which commits
+them (SPEC.md §9). Nothing becomes visible if any task fails.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from singerlake.singer_file import store
 from singerlake.storage import Storage
 
 CHUNK_BYTES = 1 << 20
-RESULT_SCHEMA = "first_chunk long, meta string"
+RESULT_SCHEMA = "segment long, first_chunk long, meta string"
+WRITE_THREADS = 8  # files an executor task stores at once (S3 puts wait on the network)
+WRITE_BACKLOG_BYTES = 64 << 20  # gzipped bytes a task holds while its files are being stored
 
 
 def gzip_member(data: bytes | bytearray, compresslevel: int) -> bytes:
@@ -38,7 +42,7 @@ def gzip_member(data: bytes | bytearray, compresslevel: int) -> bytes:
 
 @dataclass(frozen=True)
 class FileJob:
-    """Everything an executor needs to write one stream-schema's files (pickled into the task)."""
+    """Everything an executor needs to write one segment's files (pickled into the task)."""
 
     storage: Storage
     paths: StreamPaths
@@ -84,10 +88,11 @@ class ChunkCompressor:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def chunk_table(chunks: list[Chunk]):
-    """The Arrow table a segment's DataFrame is made from: one row per chunk, in order."""
+def batch_table(segments: list[list[Chunk]]):
+    """The Arrow table a batch's DataFrame is made from: one row per chunk, segment after segment, in order."""
     import pyarrow as pa
 
+    chunks = [chunk for segment in segments for chunk in segment]
     members = [chunk.member if isinstance(chunk.member, bytes) else chunk.member.result() for chunk in chunks]
     offsets = [0]
     for member in members:
@@ -96,7 +101,8 @@ def chunk_table(chunks: list[Chunk]):
     data = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(chunks), [None, pa.array(offsets, pa.int64()).buffers()[1], joined])
     return pa.table(
         {
-            "seq": pa.array(range(len(chunks)), pa.int64()),
+            "segment": pa.array([index for index, segment in enumerate(segments) for _ in segment], pa.int64()),
+            "seq": pa.array([seq for segment in segments for seq in range(len(segment))], pa.int64()),
             "data": data,
             "raw_bytes": pa.array([c.raw_bytes for c in chunks], pa.int64()),
             "records": pa.array([c.records for c in chunks], pa.int64()),
@@ -107,9 +113,11 @@ def chunk_table(chunks: list[Chunk]):
 
 
 class _FileBuilder:
-    def __init__(self, job: FileJob, first_chunk: int):
+    def __init__(self, segment: int, job: FileJob, first_chunk: int):
+        self.segment = segment
         self.job = job
         self.first_chunk = first_chunk
+        self.stored_bytes = len(job.schema_member)
         self.parts = [job.schema_member]
         self.raw_bytes = 0
         self.records = 0
@@ -117,17 +125,19 @@ class _FileBuilder:
 
     def add(self, member: memoryview, raw_bytes: int, records: int, start: int, end: int) -> None:
         self.parts.append(member)
+        self.stored_bytes += len(member)
         self.raw_bytes += raw_bytes
         self.records += records
         self.start, self.end = min(self.start, start), max(self.end, end)
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self) -> tuple[int, int, str]:
         job = self.job
         data = b"".join(self.parts)
-        return store(job.storage, job.paths, job.schema_hash, data, int(self.start), int(self.end), self.records, job.work_id)
+        record = store(job.storage, job.paths, job.schema_hash, data, int(self.start), int(self.end), self.records, job.work_id)
+        return self.segment, self.first_chunk, json.dumps(record)
 
 
-def _chunks(batch) -> Iterator[tuple[int, memoryview, int, int, int, int]]:
+def _chunks(batch) -> Iterator[tuple[int, int, memoryview, int, int, int, int]]:
     """Rows of a chunk batch, with the data as zero-copy views of the Arrow buffer."""
     import pyarrow as pa
 
@@ -136,6 +146,7 @@ def _chunks(batch) -> Iterator[tuple[int, memoryview, int, int, int, int]]:
     offsets = memoryview(data.buffers()[1]).cast(width)[data.offset : data.offset + len(data) + 1]
     payload = memoryview(data.buffers()[2])
     rows = zip(
+        batch.column("segment").to_pylist(),
         batch.column("seq").to_pylist(),
         batch.column("raw_bytes").to_pylist(),
         batch.column("records").to_pylist(),
@@ -143,29 +154,46 @@ def _chunks(batch) -> Iterator[tuple[int, memoryview, int, int, int, int]]:
         batch.column("end").to_pylist(),
         strict=True,
     )
-    for index, (seq, raw_bytes, records, start, end) in enumerate(rows):
-        yield seq, payload[offsets[index] : offsets[index + 1]], raw_bytes, records, start, end
+    for index, (segment, seq, raw_bytes, records, start, end) in enumerate(rows):
+        yield segment, seq, payload[offsets[index] : offsets[index + 1]], raw_bytes, records, start, end
 
 
-def write_partition(job: FileJob, batches: Iterator[Any]) -> Iterator[Any]:
-    """mapInArrow body: chunks in, one row of metadata per data file written out."""
+def write_partition(jobs: list[FileJob], batches: Iterator[Any]) -> Iterator[Any]:
+    """mapInArrow body: chunks in, one row of metadata per data file written out.
+
+    A file never spans two segments. Finished files are stored on a few threads, so a task
+    holding many small segments (one per stream) is not one storage round trip per file in a row.
+    """
     import pyarrow as pa
 
-    firsts, metas = [], []
-    builder = None
-    for batch in batches:
-        for seq, member, raw_bytes, records, start, end in _chunks(batch):
-            if builder is None:
-                builder = _FileBuilder(job, seq)
-            builder.add(member, raw_bytes, records, start, end)
-            if builder.raw_bytes >= job.max_file_bytes:
-                firsts.append(builder.first_chunk)
-                metas.append(json.dumps(builder.finish()))
-                builder = None
-    if builder is not None:
-        firsts.append(builder.first_chunk)
-        metas.append(json.dumps(builder.finish()))
-    yield pa.RecordBatch.from_pydict({"first_chunk": pa.array(firsts, pa.int64()), "meta": pa.array(metas, pa.string())})
+    stored: list[tuple[int, int, str]] = []
+    with ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="singerlake-store") as pool:
+        pending: deque[tuple[Future, int]] = deque()
+
+        def finish(builder: _FileBuilder) -> None:
+            while pending and (pending[0][0].done() or sum(size for _, size in pending) >= WRITE_BACKLOG_BYTES):
+                stored.append(pending.popleft()[0].result())
+            pending.append((pool.submit(builder.finish), builder.stored_bytes))
+
+        builder = None
+        for batch in batches:
+            for segment, seq, member, raw_bytes, records, start, end in _chunks(batch):
+                if builder is not None and builder.segment != segment:
+                    finish(builder)
+                    builder = None
+                if builder is None:
+                    builder = _FileBuilder(segment, jobs[segment], seq)
+                builder.add(member, raw_bytes, records, start, end)
+                if builder.raw_bytes >= jobs[segment].max_file_bytes:
+                    finish(builder)
+                    builder = None
+        if builder is not None:
+            finish(builder)
+        stored.extend(future.result() for future, _ in pending)
+    segments, firsts, metas = zip(*stored, strict=True) if stored else ((), (), ())
+    yield pa.RecordBatch.from_pydict(
+        {"segment": pa.array(segments, pa.int64()), "first_chunk": pa.array(firsts, pa.int64()), "meta": pa.array(metas, pa.string())}
+    )
 
 
 def default_parallelism(spark) -> int:
@@ -175,15 +203,18 @@ def default_parallelism(spark) -> int:
         return max(1, int(spark.conf.get("spark.default.parallelism", "2")))
 
 
-def write_with_spark(spark, job: FileJob, table) -> list[dict[str, Any]]:
-    """Run one Spark job writing a ``chunk_table`` as data files; returns their records in record order."""
+def write_with_spark(spark, jobs: list[FileJob], table) -> list[list[dict[str, Any]]]:
+    """Run one Spark job writing a ``batch_table``; returns each segment's file records in record order."""
     parallelism = default_parallelism(spark)
     # Spark cuts a local Arrow table into partitions of this many rows: spread chunks over the cores.
     per_partition = max(1, math.ceil(table.num_rows / parallelism))
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(per_partition))
     frame = spark.createDataFrame(table)
-    rows = frame.mapInArrow(lambda batches: write_partition(job, batches), RESULT_SCHEMA).collect()
-    return [json.loads(row["meta"]) for row in sorted(rows, key=lambda row: row["first_chunk"])]
+    rows = frame.mapInArrow(lambda batches: write_partition(jobs, batches), RESULT_SCHEMA).collect()
+    files: list[list[dict[str, Any]]] = [[] for _ in jobs]
+    for row in sorted(rows, key=lambda row: (row["segment"], row["first_chunk"])):
+        files[row["segment"]].append(json.loads(row["meta"]))
+    return files
 
 
 def _warm_partition(batches: Iterator[Any]) -> Iterator[Any]:
@@ -191,11 +222,11 @@ def _warm_partition(batches: Iterator[Any]) -> Iterator[Any]:
 
     import singerlake.spark_write  # noqa: F401  (the import is the point: workers start warm)
 
-    yield pa.RecordBatch.from_pydict({"first_chunk": [sum(b.num_rows for b in batches)], "meta": [""]})
+    yield pa.RecordBatch.from_pydict({"segment": [0], "first_chunk": [sum(b.num_rows for b in batches)], "meta": [""]})
 
 
 def warm_up(spark) -> None:
     """Start the Python workers and load their imports while the first batch is still being read."""
-    table = chunk_table([Chunk(gzip_member(b"{}\n", 1), 3, 1, 0, 0)] * (2 * default_parallelism(spark)))
+    table = batch_table([[Chunk(gzip_member(b"{}\n", 1), 3, 1, 0, 0)] * (2 * default_parallelism(spark))])
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2")
     spark.createDataFrame(table).mapInArrow(_warm_partition, RESULT_SCHEMA).collect()

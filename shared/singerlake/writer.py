@@ -71,8 +71,12 @@ class SchemaWriter:
             compresslevel=self.compresslevel,
         )
 
-    def commit(self, records: list[dict[str, Any]]) -> Manifest:
-        """All of ``records`` become visible at once, or (CommitRejected, CommitConflict) none do."""
+    def commit(self, records: list[dict[str, Any]], publish: bool = True) -> Manifest:
+        """All of ``records`` become visible at once, or (CommitRejected, CommitConflict) none do.
+
+        ``publish``: bring the catalogue and ``singerlake.json`` up to date too; landing passes False
+        and publishes once per batch for all its streams instead.
+        """
         manifest = commit_files(
             self.lake.storage,
             self.paths,
@@ -80,7 +84,8 @@ class SchemaWriter:
             {self.schema_hash: (self.schema, self.key_properties)},
             writer_id=self.lock.writer_id,
         )
-        self.lake.publish_stream(manifest, self.annotations)
+        if publish:
+            self.lake.publish_stream(manifest, self.annotations)
         return manifest
 
     def close(self) -> None:

@@ -1,0 +1,178 @@
+"""Landing taps with many streams: one Spark job per batch, bounded storage requests, parallel fenced commits.
+
+Real Spark (local[*], in-process; local-cluster through the CLI) and real HTTP S3 (moto). The
+storage requests are counted by wrapping the lake's storage on the driver; executors get the
+plain storage (the wrapper pickles as its inner storage), so what is counted is exactly the
+driver's metadata traffic: locks, manifests, catalogue, singerlake.json.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import re
+import threading
+from collections import Counter
+from contextlib import redirect_stdout
+
+import pytest
+from lakes import TAP, LakeUnderTest, joined, record_msg, schema_msg, state_msg
+from singerlake.commit import register_writer
+from singerlake.landing import LandingError
+from singerlake.paths import StreamPaths, catalogue_key
+from singerlake.schema_hash import schema_hash
+from target_singerlake.target import TargetSingerlake
+from test_target_cluster import CLUSTER, nearest_jvm, probed_env, writers
+from test_target_crash import run_to_end
+
+SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}}
+REQUESTS = ("read", "write", "delete", "list", "list_dirs", "open_read", "read_etag", "exists", "root_exists")
+
+
+class CountingStorage:
+    """The lake's storage with every request recorded as (method, key)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.calls: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name):
+        value = getattr(self.inner, name)
+        if name not in REQUESTS:
+            return value
+
+        def counted(*args, **kwargs):
+            with self._lock:
+                self.calls.append((name, str(args[0]) if args else ""))
+            return value(*args, **kwargs)
+
+        return counted
+
+    def __reduce__(self):
+        return copy.copy, (self.inner,)  # unpickled as a plain storage: executors are not counted
+
+
+def stream_name(n: int) -> str:
+    return f"public.table_{n:03d}"
+
+
+def many_streams(streams: int, records_per_batch: int, batches: int) -> tuple[list[bytes], dict[str, list[bytes]]]:
+    """SCHEMAs, then per batch a few records of every stream followed by a STATE."""
+    lines = [schema_msg(stream_name(n), SCHEMA, ["id"]) for n in range(streams)]
+    sent: dict[str, list[bytes]] = {stream_name(n): [] for n in range(streams)}
+    for batch in range(batches):
+        for n in range(streams):
+            for i in range(records_per_batch):
+                record = record_msg(stream_name(n), {"id": batch * 1000 + i, "name": f"row {i} ü"}, "2024-03-01T00:00:00.000Z")
+                lines.append(record)
+                sent[stream_name(n)].append(record)
+        lines.append(state_msg({"batch": batch + 1}))
+    return lines, sent
+
+
+def cut_at_each_state(lake: LakeUnderTest, **settings) -> TargetSingerlake:
+    """A target whose batches end at each STATE (age 0), with leases long enough that no lock refresh runs meanwhile."""
+    return TargetSingerlake(config={**lake.config, "max_batch_age_seconds": 0, "lock_lease_seconds": 600, **settings})
+
+
+def listen(target: TargetSingerlake, lines: list[bytes]) -> list[str]:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        target.listen(file_input=io.BytesIO(joined(lines)))
+    return [line for line in out.getvalue().splitlines() if line]
+
+
+def test_a_batch_of_many_streams_is_written_by_one_spark_job(local_lake):
+    lines, sent = many_streams(streams=60, records_per_batch=3, batches=3)
+    target = cut_at_each_state(local_lake)
+    states = listen(target, lines)
+
+    assert [json.loads(state)["batch"] for state in states] == [1, 2, 3]
+    for stream, records in sent.items():
+        assert local_lake.stored(stream) == [record.rstrip(b"\n") for record in records]
+        assert local_lake.manifest(stream)["commits"] == 3  # one commit per batch
+    tracker = target.spark().sparkContext.statusTracker()
+    drain = target.lander.drain
+    jobs = [tracker.getJobIdsForGroup(drain.job_group(batch)) for batch in (1, 2, 3)]
+    assert [len(ids) for ids in jobs] == [1, 1, 1], "each batch of 60 streams is one Spark job"
+    assert tracker.getJobIdsForGroup(drain.job_group(4)) == []
+
+
+def test_a_warm_batch_costs_two_storage_requests_per_stream(lake):
+    """Second batch on 300 streams whose writers are registered: manifest read + conditional write each, nothing else."""
+    streams = 300
+    lines, sent = many_streams(streams=streams, records_per_batch=2, batches=2)
+    target = cut_at_each_state(lake)
+    counting = CountingStorage(target.lake.storage)
+    target.lake.storage = counting
+    marks: list[int] = []
+    emit = target.lander.drain.emit_state
+
+    def mark_and_emit(state: bytes) -> None:
+        marks.append(len(counting.calls))
+        emit(state)
+
+    target.lander.drain.emit_state = mark_and_emit
+    states = listen(target, lines)
+
+    assert len(states) == 2 and len(marks) == 2
+    second = counting.calls[marks[0] : marks[1]]
+    by_kind = Counter(method for method, _ in second)
+    manifests = {StreamPaths(TAP, stream_name(n)).manifest for n in range(streams)}
+    assert by_kind == {"read": streams, "write": streams}, by_kind
+    assert Counter(key for _, key in second) == {key: 2 for key in manifests}, "only manifests: no catalogue, lock or root I/O"
+    for stream, records in sent.items():
+        assert lake.stored(stream) == [record.rstrip(b"\n") for record in records]
+    catalogue = lake.json(catalogue_key(TAP))
+    assert sorted(entry["tap_stream_id"] for entry in catalogue["streams"]) == sorted(sent)
+
+
+def test_parallel_commits_still_reject_a_fenced_out_writer(lake):
+    """Another writer registers for one stream between two batches: that stream's commit is refused, its
+    files stay invisible, and the STATE of the batch is not emitted; the other streams commit side by side."""
+    lines, sent = many_streams(streams=24, records_per_batch=2, batches=2)
+    target = cut_at_each_state(lake)
+    victim = stream_name(7)
+    emit = target.lander.drain.emit_state
+
+    def intrude_after_first(state: bytes) -> None:
+        emit(state)
+        if json.loads(state)["batch"] == 1:
+            register_writer(lake.storage, StreamPaths(TAP, victim), schema_hash(SCHEMA, ["id"]), "writer-intruder")
+
+    target.lander.drain.emit_state = intrude_after_first
+    out = io.StringIO()
+    with redirect_stdout(out), pytest.raises(LandingError, match=re.escape(repr(victim)) + r".*lost its lock to writer-intruder"):
+        target.listen(file_input=io.BytesIO(joined(lines)))
+
+    assert [json.loads(line)["batch"] for line in out.getvalue().splitlines() if line] == [1]
+    assert lake.stored(victim) == [record.rstrip(b"\n") for record in sent[victim][:2]], "only the first batch is visible"
+    for stream, records in sent.items():
+        if stream != victim:
+            assert lake.stored(stream) == [record.rstrip(b"\n") for record in records]
+    assert lake.locks() == []
+
+
+@pytest.mark.heavy
+def test_local_cluster_lands_many_streams_one_job_per_batch_written_by_executors(tmp_path):
+    lines, sent = many_streams(streams=40, records_per_batch=5, batches=2)
+    root = tmp_path / "lake"
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"lake_root": str(root), "tap_id": TAP, "spark_master": CLUSTER, "max_batch_age_seconds": 0}))
+    env, log = probed_env(tmp_path)
+    run = run_to_end(config, [line + b"\n" for line in lines], tmp_path, "many-streams", env)
+
+    assert run.states() == [{"batch": 1}, {"batch": 2}]
+    reports = re.findall(r"batch (\d+): (\d+) records of (\d+) stream\(s\) in \d+ file\(s\) by (\S+) Spark job", run.stderr)
+    assert reports == [("1", "200", "40", "1"), ("2", "200", "40", "1")], run.stderr[-3000:]
+    from singerlake import Lake
+
+    lake = Lake.open(str(root))
+    written = writers(log)
+    for stream, records in sent.items():
+        manifest = lake.manifest(TAP, stream)
+        assert manifest.commits == 2 and sum(entry["records"] for entry in manifest.files) == len(records)
+        for entry in manifest.files:
+            assert "CoarseGrainedExecutorBackend" in nearest_jvm(written[entry["path"]])["cmdline"]
