@@ -1,16 +1,26 @@
 """Benchmarks of target-singerlake and tap-singerlake beside their PyPI peers, measured in the same run.
 
-Each peer runs from its own venv under bench/out/venvs (created on first use). Input is the
-`users` stream of bench/gen_users.py. Prints one table: wall time, peak RSS of the whole process
-tree (Python + JVM + Spark workers) and the ratios to our plugin of the same kind.
+Each peer runs from its own venv under bench/out/venvs (created on first use). Prints one table:
+wall time, peak RSS of the whole process tree (Python + JVM + Spark workers) and the ratios to our
+plugin in the same shape. Shapes (--shapes, default all, in this order):
 
-- targets: each lands the Singer file from stdin (ours into a fresh local lake);
-- taps: each replays the same 1M records to /dev/null: ours from a lake landed by our target
+- 1m: each target lands the `users` stream of bench/gen_users.py (--records) from stdin (ours into
+  a fresh local lake); --scale-records adds our target alone on a bigger file;
+- 300x200, 1000x20, 10: the same for the output of a database tap (bench/gen_streams.py): 300
+  streams of 200 records, 1,000 of 20, one stream of 10;
+- baseline: starting Spark as the project does plus one Python task, in a new process (what the
+  10-record row cannot go below);
+- second: 5 new records in each of the 300 streams, onto the lake (peers: the folder) left by 300x200;
+- jobs: `singerlake verify`, `compact`, `project` (Spark local[*]) on the lake left by `second`;
+- tap: each tap replays the --records users to /dev/null: ours from a lake landed by our target
   (landed once, not timed), tap-singer-jsonl from the Singer file, tap-jsonl from the records as
   plain JSONL.
 
-Usage: python bench/run.py [--only target|tap] [--records 1000000] [--scale-records 5000000]
-                           [--no-peers] [--repeat 1]
+A shape whose predecessor was not selected lands it first, untimed. --repeat N runs our plugin
+(and the baseline and jobs) N times: the best wall time is reported, with the spread.
+
+Usage: python bench/run.py [--shapes 1m,300x200,1000x20,10,baseline,second,jobs,tap] [--only target|tap]
+                           [--records 1000000] [--scale-records 5000000] [--no-peers] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -23,8 +33,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+import streams
 from measure import Measurement, measure
 
 HERE = Path(__file__).resolve().parent
@@ -90,16 +103,20 @@ def run(name: str, exe: Path, flag: str, config: dict, work: Path, stdin: Path |
 
 
 # -- targets ---------------------------------------------------------------------------------------
-def ours_target(source: Path, work: Path, lake: Path | None = None) -> Measurement:
+def ours_target(source: Path, work: Path, lake: Path | None = None, fresh: bool = True) -> Measurement:
+    """Land ``source`` into ``lake`` (default work/lake): a new lake, or with fresh=False the one there."""
     lake = lake or work / "lake"
-    shutil.rmtree(lake, ignore_errors=True)
+    if fresh:
+        shutil.rmtree(lake, ignore_errors=True)
     return run("target-singerlake", BIN / "target-singerlake", "--config", {"lake_root": str(lake), "tap_id": "tap-bench"}, work, source)
 
 
-def peer_target(name: str, source: Path, work: Path) -> Measurement:
+def peer_target(name: str, source: Path, work: Path, fresh: bool = True) -> Measurement:
+    """Land ``source`` into the folder work/<name>: a new one, or with fresh=False the one there."""
     folder = work / name
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir()
+    if fresh:
+        shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(exist_ok=True)
     config = (
         {"destination": "local", "local": {"folder": str(folder)}} if name == "target-singer-jsonl" else {"destination_path": str(folder)}
     )
@@ -124,46 +141,133 @@ def peer_tap(name: str, records: int, work: Path) -> Measurement:
     return run(name, peer_executable(name), "--config", config, work)
 
 
+# -- shapes ----------------------------------------------------------------------------------------
+SHAPE_KEYS = ["1m", *streams.SHAPES, "baseline", "second", "jobs", "tap"]
+
+
+@dataclass
+class Row:
+    shape: str
+    plugin: str
+    records: int | None  # None: no records/s
+    m: Measurement
+    ours: Measurement | None  # what the ratios are to
+    spread: str = ""
+
+
+def best(runs: list[Measurement]) -> tuple[Measurement, str]:
+    """The run of least wall time, and the spread of wall times when there were several."""
+    walls = [m.wall_s for m in runs]
+    return min(runs, key=lambda m: m.wall_s), f"{min(walls):.1f}–{max(walls):.1f}" if len(runs) > 1 else ""
+
+
+def compare(shape: str, count: int, plugin: str, ours, peers: dict, args: argparse.Namespace) -> list[Row]:
+    """Our plugin (``ours()``) best of --repeat, then each peer once; ratios to our best."""
+    mine, spread = best([ours() for _ in range(args.repeat)])
+    rows = [Row(shape, plugin, count, mine, mine, spread)]
+    return rows + [Row(shape, name, count, peer(), mine) for name, peer in ({} if args.no_peers else peers).items()]
+
+
+def targets(source: Path, work: Path, fresh: bool = True) -> dict:
+    """The peer targets landing ``source`` into their folders under ``work``."""
+    work.mkdir(parents=True, exist_ok=True)
+    return {name: partial(peer_target, name, source, work, fresh=fresh) for name in TARGET_PEERS}
+
+
+def second_and_jobs(shapes: set[str], work: Path, args: argparse.Namespace) -> list[Row]:
+    """The second run onto the 300-stream lake and folders (landed untimed when 300x200 did not run), then the lake jobs."""
+    first, second, many = work / streams.MANY.key, work / streams.SECOND.key, streams.singer_file(streams.MANY)
+    first.mkdir(exist_ok=True)
+    if not (first / "lake").exists():
+        ours_target(many, first)
+    for name, land in ({} if args.no_peers else targets(many, first)).items():
+        if not (first / name).exists():
+            land()
+    source = streams.singer_file(streams.SECOND)
+    second.mkdir(exist_ok=True)
+
+    def ours() -> Measurement:
+        return ours_target(source, second, streams.fresh_copy(first / "lake", second / "lake"), fresh=False)
+
+    shape, rows = streams.SECOND, []
+    if "second" in shapes:
+        rows = compare(shape.label, shape.total, "target-singerlake", ours, targets(source, first, fresh=False), args)
+    else:
+        ours()  # untimed: the jobs run on the lake after the second run
+    if "jobs" in shapes:
+        label = f"lake jobs, {streams.MANY.streams} streams × {streams.MANY.records + shape.records}"
+        runs = [streams.lake_jobs(second / "lake", work) for _ in range(args.repeat)]
+        for job, measured in zip(streams.JOBS, zip(*runs, strict=True), strict=True):
+            m, spread = best(list(measured))
+            rows.append(Row(label, f"singerlake {job}", None, m, None, spread))
+    return rows
+
+
+def shapes_arg(text: str) -> list[str]:
+    chosen = [key.strip() for key in text.split(",") if key.strip()]
+    unknown = sorted(set(chosen) - set(SHAPE_KEYS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown shape(s) {', '.join(unknown)}; choose from {','.join(SHAPE_KEYS)}")
+    return chosen
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--only", choices=["target", "tap"], help="run only the target or only the tap benchmarks")
-    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--shapes", type=shapes_arg, default=SHAPE_KEYS, help=f"comma-separated, of {','.join(SHAPE_KEYS)} (default all)")
+    parser.add_argument("--only", choices=["target", "tap"], help="target: all shapes but tap; tap: only tap")
+    parser.add_argument("--records", type=int, default=1_000_000, help="records of the users stream (shapes 1m and tap)")
     parser.add_argument("--scale-records", type=int, default=0, help="also run our plugins alone on this many records")
     parser.add_argument("--no-peers", action="store_true")
-    parser.add_argument("--repeat", type=int, default=1, help="runs of our plugins; the best wall time is reported")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of our plugins; the best wall time is reported, with the spread")
     args = parser.parse_args()
-    n = args.records
-    rows: list[tuple[str, int, Measurement, Measurement]] = []  # (plugin, records, measurement, ours of its kind)
+    shapes = {key for key in args.shapes if args.only is None or (key == "tap") == (args.only == "tap")}
+    n, scale = args.records, args.scale_records
+    rows: list[Row] = []
+    inputs: dict[str, Path] = {}
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=OUT) as tmp:
         work = Path(tmp)
-        if args.only in (None, "target"):
-            best = min((ours_target(singer_file(n), work) for _ in range(args.repeat)), key=lambda m: m.wall_s)
-            rows.append(("target-singerlake", n, best, best))
-            for name in [] if args.no_peers else TARGET_PEERS:
-                rows.append((name, n, peer_target(name, singer_file(n), work), best))
-            if args.scale_records:
-                rows.append(("target-singerlake", args.scale_records, ours_target(singer_file(args.scale_records), work), best))
-        if args.only in (None, "tap"):
+        if "1m" in shapes:
+            source = inputs[f"users {n:,}"] = singer_file(n)
+            rows += compare(f"users × {n:,}", n, "target-singerlake", partial(ours_target, source, work), targets(source, work), args)
+            if scale:
+                rows.append(Row(f"users × {scale:,}", "target-singerlake", scale, ours_target(singer_file(scale), work), ours_of(rows)))
+        for key, shape in streams.SHAPES.items():
+            if key in shapes:
+                source = inputs[shape.label] = streams.singer_file(shape)
+                ours = partial(ours_target, source, work / key)
+                rows += compare(shape.label, shape.total, "target-singerlake", ours, targets(source, work / key), args)
+        if "baseline" in shapes:
+            m, spread = best([streams.baseline(work) for _ in range(args.repeat)])
+            ten = [row.m for row in rows if row.shape == streams.SHAPES["10"].label and row.plugin == "target-singerlake"]
+            rows.append(Row("baseline (ratios to the 10-record row)", streams.BASELINE_LABEL, None, m, ten[0] if ten else None, spread))
+        if shapes & {"second", "jobs"}:
+            inputs[streams.SECOND.label] = streams.singer_file(streams.SECOND)
+            rows += second_and_jobs(shapes, work, args)
+        if "tap" in shapes:
             landed_lake(n)
-            best = min((ours_tap(n, work) for _ in range(args.repeat)), key=lambda m: m.wall_s)
-            rows.append(("tap-singerlake", n, best, best))
-            for name in [] if args.no_peers else TAP_PEERS:
-                rows.append((name, n, peer_tap(name, n, work), best))
-            if args.scale_records:
-                landed_lake(args.scale_records)
-                rows.append(("tap-singerlake", args.scale_records, ours_tap(args.scale_records, work), best))
-    size_mb = singer_file(n).stat().st_size / 2**20
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; input {n:,} records, {size_mb:.0f} MiB"
-    )
-    print("| plugin | records | wall s | peak RSS MiB | records/s | wall / ours | RSS / ours |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, count, m, ours in rows:
-        print(
-            f"| {name} | {count:,} | {m.wall_s:.1f} | {m.peak_rss_mb:.0f} | {count / m.wall_s:,.0f} | "
-            f"{m.wall_s / ours.wall_s:.2f} | {m.peak_rss_mb / ours.peak_rss_mb:.2f} |"
-        )
+            peers = {name: partial(peer_tap, name, n, work) for name in TAP_PEERS}
+            rows += compare(f"users × {n:,}, tap", n, "tap-singerlake", partial(ours_tap, n, work), peers, args)
+            if scale:
+                landed_lake(scale)
+                rows.append(Row(f"users × {scale:,}, tap", "tap-singerlake", scale, ours_tap(scale, work), ours_of(rows)))
+    print_table(rows, inputs)
+
+
+def ours_of(rows: list[Row]) -> Measurement:
+    """What the ratios of the last shape's rows are to."""
+    return rows[-1].ours
+
+
+def print_table(rows: list[Row], inputs: dict[str, Path]) -> None:
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print("inputs: " + "; ".join(f"{label}: {path.stat().st_size / 2**10:,.0f} KiB" for label, path in inputs.items()))
+    print("| shape | plugin | records | wall s | min–max s | peak RSS MiB | records/s | wall / ours | RSS / ours |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        records, rate = (f"{r.records:,}", f"{r.records / r.m.wall_s:,.0f}") if r.records else ("", "")
+        ratios = f"{r.m.wall_s / r.ours.wall_s:.2f} | {r.m.peak_rss_mb / r.ours.peak_rss_mb:.2f}" if r.ours else " | "
+        print(f"| {r.shape} | {r.plugin} | {records} | {r.m.wall_s:.1f} | {r.spread} | {r.m.peak_rss_mb:.0f} | {rate} | {ratios} |")
 
 
 if __name__ == "__main__":
