@@ -93,8 +93,6 @@ class Lander:
         self.lake = lake
         self.settings = settings
         self.max_rows, self.max_bytes = settings.batch_max_rows, settings.batch_max_bytes
-        self.spark = spark
-        self.emit_state = emit_state
         self.schemas: dict[str, StreamSchema] = {}
         self._hot: StreamSchema | None = None  # the stream of the last RECORD
         self.parse_time = TimeParser()

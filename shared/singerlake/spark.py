@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -9,6 +10,8 @@ from typing import Any
 
 from singerlake.java import ensure_java
 from singerlake.jvm_cache import cds_java_options
+
+log = logging.getLogger(__name__)
 
 # Keep the driver and executors on loopback unless the user says otherwise in spark_conf.
 LOCAL_DEFAULTS = {
@@ -42,34 +45,58 @@ def spark_session(
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
-    options: dict[str, str] = {}
     if remote:
         builder = builder.remote(remote)
+        options = {key: str(value) for key, value in (conf or {}).items()}
     else:
-        java_home = ensure_java()
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        # Python workers must run this interpreter (its packages), not whatever "python3" is first on PATH.
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        options = {"spark.master": master, "spark.app.name": app_name, **LOCAL_DEFAULTS}
-        cds = cds_java_options(java_home) if master.startswith("local") else ""
-        options["spark.driver.extraJavaOptions"] = f"{DRIVER_JAVA_OPTIONS} {cds}".strip()
-    options.update((key, str(value)) for key, value in (conf or {}).items())
+        options = driver_options(master, conf)
     for key, value in options.items():
         builder = builder.config(key, value)
     if not remote:
-        _launch_driver_jvm_off_stdout(options)
+        _launch_driver_jvm(options)
     session = builder.getOrCreate()
     if not remote:
         session.sparkContext.setLogLevel("ERROR")
     return session
 
 
-def _launch_driver_jvm_off_stdout(options: dict[str, str]) -> None:
-    """Start the driver JVM as getOrCreate would, but with its stdout sent to our stderr.
+def driver_options(master: str, conf: dict[str, Any] | None = None) -> dict[str, str]:
+    """The Spark settings of a session on ``master`` (not Connect), ``conf`` last; sets the environment they need."""
+    java_home = ensure_java()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers must run this interpreter (its packages), not whatever "python3" is first on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    options = {"spark.master": master, **LOCAL_DEFAULTS}
+    cds = cds_java_options(java_home) if master.startswith("local") else ""
+    options["spark.driver.extraJavaOptions"] = f"{DRIVER_JAVA_OPTIONS} {cds}".strip()
+    options.update((key, str(value)) for key, value in (conf or {}).items())
+    return options
 
-    A target's stdout carries Singer messages (STATE) and the JVM inherits it: start-up errors
-    ("Error occurred during initialization of VM"), -verbose:gc or -Xlog output and thread dumps
-    would be printed between the STATE lines. No-op when this process already runs a JVM.
+
+def prelaunch(master: str) -> None:
+    """Boot the driver JVM for ``master`` in the background now; ``spark_session`` adopts it.
+
+    For a command that knows its master before it imports anything heavy: the JVM's start-up
+    (the longest step of a small run) then overlaps the imports and the reading of settings.
+    A failure here is silent: ``spark_session`` launches again and reports it.
+    """
+
+    def launch() -> None:
+        try:
+            _launch_driver_jvm(driver_options(master))
+        except Exception:
+            log.debug("early JVM launch failed; the session will retry", exc_info=True)
+
+    threading.Thread(target=launch, name="singerlake-jvm-prelaunch", daemon=True).start()
+
+
+def _launch_driver_jvm(options: dict[str, str]) -> None:
+    """Start the driver JVM as getOrCreate would, but with its output piped to our stderr.
+
+    A target's stdout carries Singer messages (STATE) and the JVM would inherit it: start-up
+    errors, -Xlog output and thread dumps would land between the STATE lines. A pipe (not our
+    stderr itself) also means the JVM's own shutdown, after we exit, does not hold the stderr of
+    whoever runs us (Meltano waits for it to close). No-op when this process already runs a JVM.
     """
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
@@ -77,8 +104,24 @@ def _launch_driver_jvm_off_stdout(options: dict[str, str]) -> None:
     with SparkContext._lock:
         if SparkContext._gateway is not None:
             return
-        gateway = launch_gateway(SparkConf().setAll(list(options.items())), popen_kwargs={"stdout": 2})
+        read_end, write_end = os.pipe()
+        copier = threading.Thread(target=_copy_to_stderr, args=(read_end,), name="singerlake-jvm-output", daemon=True)
+        copier.start()
+        try:
+            gateway = launch_gateway(SparkConf().setAll(list(options.items())), popen_kwargs={"stdout": write_end, "stderr": write_end})
+        except BaseException:
+            os.close(write_end)
+            copier.join(timeout=5)  # the JVM died: its last words (e.g. a bad heap size) go out before our error
+            raise
+        os.close(write_end)  # the JVM holds its own copy
         SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _copy_to_stderr(read_end: int) -> None:
+    with os.fdopen(read_end, "rb") as pipe:
+        for line in iter(pipe.readline, b""):
+            sys.stderr.buffer.write(line)
+            sys.stderr.flush()
 
 
 def stop_session(session, master: str) -> None:
@@ -95,10 +138,16 @@ def stop_session(session, master: str) -> None:
 
 
 class SparkStarter:
-    """Starts a SparkSession in the background, so the JVM boots while input is being read."""
+    """Starts a SparkSession in the background, so the JVM boots while input is being read.
 
-    def __init__(self, factory):
+    ``warm_up(session)`` (optional) then runs only if nobody has asked for the session yet: it
+    prepares executors while a long input is read, and would only delay a short run's first job.
+    """
+
+    def __init__(self, factory, warm_up=None):
         self._factory = factory
+        self._warm_up = warm_up
+        self._wanted = threading.Event()
         self._session = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._start, name="singerlake-spark-start", daemon=True)
@@ -106,11 +155,15 @@ class SparkStarter:
 
     def _start(self) -> None:
         try:
-            self._session = self._factory()
+            session = self._factory()
+            if self._warm_up is not None and not self._wanted.is_set():
+                self._warm_up(session)
+            self._session = session
         except BaseException as exc:  # reported by get() in the caller's thread
             self._error = exc
 
     def __call__(self):
+        self._wanted.set()
         self._thread.join()
         if self._error is not None:
             raise SparkStartError(f"Spark failed to start: {self._error}") from self._error

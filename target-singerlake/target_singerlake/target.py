@@ -161,16 +161,14 @@ class TargetSingerlake(Target):
             raise ConfigError(f"setting 'spark_conf': values must be strings, numbers or booleans (see {bad})")
 
         def start():
-            spark = spark_session(
+            return spark_session(
                 master=self.config.get("spark_master") or "local[*]",
                 app_name=f"target-singerlake {self._tap_id()}",
                 conf=conf,
                 remote=self.config.get("spark_remote"),
             )
-            warm_up(spark)
-            return spark
 
-        starter = SparkStarter(start)
+        starter = SparkStarter(start, warm_up)
         if conf:  # user settings: fail on a bad one before reading any input
             try:
                 starter()

@@ -1,0 +1,72 @@
+"""The ``target-singerlake`` command: the Spark driver JVM boots while the SDK is still being imported.
+
+A small run's wall time is mostly the JVM's start-up, so it begins first, from the master named in
+the ``--config`` files (read here with nothing but ``json``). The SDK then parses the same settings
+as always; ``spark_session`` adopts the running JVM. Anything unusual (Spark Connect, extra
+``spark_conf``, settings from the environment, ``--about``) skips the early start.
+
+When the run is over (STATE written, locks released), the process ends without tearing down the
+interpreter: the JVM gateway's threads and Spark's shutdown are work nobody waits for.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+
+EARLY_START_SKIPPED_BY = {"--about", "--help", "--version", "--discover", "--test"}
+
+
+def local_master_from_argv(argv: list[str]) -> str | None:
+    """The local Spark master a plain run will use, or None when the early start should not guess."""
+    if EARLY_START_SKIPPED_BY & set(argv) or any(name.startswith("TARGET_SINGERLAKE_") for name in os.environ):
+        return None
+    config: dict = {}
+    for path in _config_paths(argv):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                loaded = json.load(handle)
+        except (OSError, ValueError):
+            return None  # ENV, or a file the SDK will report on
+        if not isinstance(loaded, dict):
+            return None
+        config.update(loaded)
+    master = config.get("spark_master") or "local[*]"
+    if config.get("spark_remote") or config.get("spark_conf") or not isinstance(master, str) or not master.startswith("local"):
+        return None
+    return master
+
+
+def _config_paths(argv: list[str]):
+    for index, arg in enumerate(argv):
+        if arg == "--config" and index + 1 < len(argv):
+            yield argv[index + 1]
+        elif arg.startswith("--config="):
+            yield arg.split("=", 1)[1]
+
+
+def main() -> None:
+    master = local_master_from_argv(sys.argv[1:])
+    if master is not None:
+        from singerlake.spark import prelaunch
+
+        prelaunch(master)
+    from target_singerlake.target import TargetSingerlake
+
+    try:
+        TargetSingerlake.cli()
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 1
+        if isinstance(exit_.code, str):
+            print(exit_.code, file=sys.stderr)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()
