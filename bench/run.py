@@ -10,6 +10,8 @@ plugin in the same shape. Shapes (--shapes, default all, in this order):
   streams of 200 records, 1,000 of 20, one stream of 10;
 - baseline: starting Spark as the project does plus one Python task, in a new process (what the
   10-record row cannot go below);
+- s3: our target on 300x200 into a lake on S3 (moto over HTTP on 127.0.0.1), ratio to the local lake's
+  300x200 row (landed here first, untimed, when 300x200 did not run);
 - second: 5 new records in each of the 300 streams, onto the lake (peers: the folder) left by 300x200;
 - jobs: `singerlake verify`, `compact`, `project` (Spark local[*]) on the lake left by `second`;
 - tap: each tap replays the --records users to /dev/null: ours from a lake landed by our target
@@ -19,7 +21,7 @@ plugin in the same shape. Shapes (--shapes, default all, in this order):
 A shape whose predecessor was not selected lands it first, untimed. --repeat N runs our plugin
 (and the baseline and jobs) N times: the best wall time is reported, with the spread.
 
-Usage: python bench/run.py [--shapes 1m,300x200,1000x20,10,baseline,second,jobs,tap] [--only target|tap]
+Usage: python bench/run.py [--shapes 1m,300x200,1000x20,10,baseline,s3,second,jobs,tap] [--only target|tap]
                            [--records 1000000] [--scale-records 5000000] [--no-peers] [--repeat 1]
 """
 
@@ -108,7 +110,11 @@ def ours_target(source: Path, work: Path, lake: Path | None = None, fresh: bool 
     lake = lake or work / "lake"
     if fresh:
         shutil.rmtree(lake, ignore_errors=True)
-    return run("target-singerlake", BIN / "target-singerlake", "--config", {"lake_root": str(lake), "tap_id": "tap-bench"}, work, source)
+    return ours_target_at({"lake_root": str(lake)}, source, work)
+
+
+def ours_target_at(settings: dict, source: Path, work: Path) -> Measurement:
+    return run("target-singerlake", BIN / "target-singerlake", "--config", {**settings, "tap_id": "tap-bench"}, work, source)
 
 
 def peer_target(name: str, source: Path, work: Path, fresh: bool = True) -> Measurement:
@@ -142,7 +148,7 @@ def peer_tap(name: str, records: int, work: Path) -> Measurement:
 
 
 # -- shapes ----------------------------------------------------------------------------------------
-SHAPE_KEYS = ["1m", *streams.SHAPES, "baseline", "second", "jobs", "tap"]
+SHAPE_KEYS = ["1m", *streams.SHAPES, "baseline", "s3", "second", "jobs", "tap"]
 
 
 @dataclass
@@ -203,6 +209,20 @@ def second_and_jobs(shapes: set[str], work: Path, args: argparse.Namespace) -> l
     return rows
 
 
+def s3_shape(rows: list[Row], work: Path, args: argparse.Namespace) -> list[Row]:
+    """300x200 into a fresh lake on moto S3 per run, against the local lake's row of this run."""
+    source, label = streams.singer_file(streams.MANY), streams.MANY.label
+    local = [row.m for row in rows if row.shape == label and row.plugin == "target-singerlake"]
+    ours = local[0] if local else ours_target(source, work / "s3-local")
+
+    def on_s3() -> Measurement:
+        with streams.moto_s3() as settings:
+            return ours_target_at(settings, source, work)
+
+    m, spread = best([on_s3() for _ in range(args.repeat)])
+    return [Row(f"{label}, lake on S3 (moto; ratios to the local lake)", "target-singerlake", streams.MANY.total, m, ours, spread)]
+
+
 def shapes_arg(text: str) -> list[str]:
     chosen = [key.strip() for key in text.split(",") if key.strip()]
     unknown = sorted(set(chosen) - set(SHAPE_KEYS))
@@ -241,6 +261,8 @@ def main() -> None:
             m, spread = best([streams.baseline(work) for _ in range(args.repeat)])
             ten = [row.m for row in rows if row.shape == streams.SHAPES["10"].label and row.plugin == "target-singerlake"]
             rows.append(Row("baseline (ratios to the 10-record row)", streams.BASELINE_LABEL, None, m, ten[0] if ten else None, spread))
+        if "s3" in shapes:
+            rows += s3_shape(rows, work, args)
         if shapes & {"second", "jobs"}:
             inputs[streams.SECOND.label] = streams.singer_file(streams.SECOND)
             rows += second_and_jobs(shapes, work, args)

@@ -7,9 +7,14 @@ helpers; this module holds what is particular to the shapes.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import socket
 import subprocess
 import sys
+import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,3 +91,41 @@ def logged(name: str, command: list[str], work: Path) -> Measurement:
         tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-40:])
         raise SystemExit(f"{tail}\n{name} failed with exit code {result.returncode} (stderr above)")
     return result
+
+
+@contextlib.contextmanager
+def moto_s3() -> Iterator[dict]:
+    """A moto S3 server on 127.0.0.1 with a fresh bucket; yields target settings for a lake in it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit("moto_server did not start") from None
+                time.sleep(0.1)
+        settings = {
+            "s3_endpoint_url": f"http://127.0.0.1:{port}",
+            "s3_access_key_id": "bench",
+            "s3_secret_access_key": "bench-secret",
+            "s3_region": "us-east-1",
+        }
+        bucket = f"bench-{uuid.uuid4().hex[:8]}"
+        import boto3
+
+        keys = {"aws_access_key_id": "bench", "aws_secret_access_key": "bench-secret", "region_name": "us-east-1"}
+        boto3.client("s3", endpoint_url=settings["s3_endpoint_url"], **keys).create_bucket(Bucket=bucket)
+        yield {"lake_root": f"s3://{bucket}/lake", **settings}
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -29,7 +29,7 @@ from singerlake.writer import SchemaWriter
 
 log = logging.getLogger("singerlake.landing")
 
-COMMIT_THREADS = 16  # storage round trips in flight at once (lock, register, commit, release)
+COMMIT_THREADS = 32  # storage round trips in flight at once (lock, register, commit, release); the S3 client pools 32
 
 
 class LandingError(RuntimeError):
