@@ -90,9 +90,13 @@ def test_a_batch_of_many_streams_is_written_by_one_spark_job(local_lake):
     states = listen(target, lines)
 
     assert [json.loads(state)["batch"] for state in states] == [1, 2, 3]
+    work_id = target.lander.settings.work_id
     for stream, records in sent.items():
         assert local_lake.stored(stream) == [record.rstrip(b"\n") for record in records]
-        assert local_lake.manifest(stream)["commits"] == 3  # one commit per batch
+        manifest = local_lake.manifest(stream)
+        assert manifest["commits"] == 3  # one commit per batch
+        # committed by this run, never adopted by the scan that seeds a stream's first manifest (work_id null)
+        assert {entry["work_id"] for entry in manifest["files"]} == {work_id}
     tracker = target.spark().sparkContext.statusTracker()
     drain = target.lander.drain
     jobs = [tracker.getJobIdsForGroup(drain.job_group(batch)) for batch in (1, 2, 3)]

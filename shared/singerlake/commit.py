@@ -25,6 +25,7 @@ def compare_and_swap(
     change: Callable[[bytes | None], bytes | None],
     *,
     timeout_s: float = 300.0,
+    durable: bool = True,
 ) -> bytes | None:
     """Read ``key``, compute its new bytes with ``change`` (None: leave as is), write only if unchanged.
 
@@ -43,9 +44,9 @@ def compare_and_swap(
             return current
         try:
             if etag is None:
-                storage.write(key, new, if_none_match=True)
+                storage.write(key, new, if_none_match=True, durable=durable)
             else:
-                storage.write(key, new, if_match=etag)
+                storage.write(key, new, if_match=etag, durable=durable)
             return new
         except PreconditionFailed:
             attempt += 1
@@ -60,6 +61,7 @@ def update_manifest(
     change: Callable[[Manifest], bool | None],
     *,
     seed: Callable[[], Manifest] | None = None,
+    durable: bool = True,
 ) -> Manifest:
     """Apply ``change`` to the stream's manifest atomically; ``change`` returning False writes nothing.
 
@@ -84,7 +86,7 @@ def update_manifest(
             return None
         return manifest.to_bytes()
 
-    compare_and_swap(storage, paths.manifest, apply)
+    compare_and_swap(storage, paths.manifest, apply, durable=durable)
     return result[0]
 
 
@@ -92,13 +94,14 @@ def register_writer(storage: Storage, paths: StreamPaths, schema_hash: str, writ
     """Make ``writer_id`` the only writer whose commits the manifest accepts for this stream-schema.
 
     Called right after taking the stream-schema lock: from then on a previous holder's commits
-    fail, so the manifest itself is the fence against a writer whose lease was taken over.
+    fail, so the manifest itself is the fence against a writer whose lease was taken over. The
+    fence only concerns live writers, so this write need not survive a power failure; commits do.
     """
 
     def change(manifest: Manifest) -> None:
         manifest.writers[schema_hash] = {"writer_id": writer_id, "since": iso_ms(now_ms())}
 
-    return update_manifest(storage, paths, change, **kwargs)
+    return update_manifest(storage, paths, change, durable=False, **kwargs)
 
 
 def commit_files(

@@ -1,11 +1,14 @@
 """The drain of landing (SPEC.md §10): batch after batch, one Spark job writes every segment's files,
 commits go out in parallel across streams, then the batch's STATE is emitted.
 
-One thread takes batches in order, so a STATE never passes the records before it. Within a batch:
-writers of streams new to this run take their locks and register (the fence, §9) on a bounded pool
-while the Spark job runs; then each stream commits its segments and ACTIVATE_VERSION marks in
-order, streams side by side on the same pool, each commit its own fenced compare-and-swap. The
-catalogue and ``singerlake.json`` are written once per batch, and only when an entry changed.
+One thread takes batches in order, so a STATE never passes the records before it. A stream-schema's
+writer takes its lock and registers (the fence, §9) on a bounded pool as soon as its first record
+is read (``open_writer``), so a first batch's opens overlap Spark's start-up; a batch's Spark job
+starts only once every writer it needs is registered, because a stream's first manifest must
+exist before any of its data files (SPEC.md §7). Then each stream commits its segments and
+ACTIVATE_VERSION marks in order, streams side by side on the same pool, each commit its own fenced
+compare-and-swap. The catalogue and ``singerlake.json`` are written once per batch, and only when
+an entry changed.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class Drain:
         self.emit_state = emit_state
         self.error: BaseException | None = None
         self.writers: dict[tuple[str, str], Future[SchemaWriter]] = {}
+        self._writers_lock = threading.Lock()  # the reader opens writers, the drain looks them up
         self._published: dict[str, dict] = {}  # the catalogue entry this run last wrote per stream
         self._registered = False
         self._pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="singerlake-commit")
@@ -117,7 +121,7 @@ class Drain:
         segments = job.batch.segments()
         records = sum(segment.records for segment in segments)
         for segment in segments:
-            self._writer(segment.schema)  # new streams lock and register while Spark writes
+            self.open_writer(segment.schema).result()  # registered before any of its files is written
         files = self._write(segments) if segments else []
         written = time.monotonic()
         files_of = {id(segment): records for segment, records in zip(segments, files, strict=True)}
@@ -130,24 +134,28 @@ class Drain:
             self.emit_state(job.state)
         self._report(records, len(job.batch.streams), sum(len(f) for f in files), started, written)
 
-    def _writer(self, schema: Any) -> Future[SchemaWriter]:
+    def open_writer(self, schema: Any) -> Future[SchemaWriter]:
+        """The stream-schema's writer, opening (lock, registration) on the pool if it is new to this run."""
         key = (schema.message["stream"], schema.hash)
-        if key not in self.writers:
-            s = self.settings
-            writer = SchemaWriter(
-                self.lake,
-                s.tap_id,
-                schema.message,
-                schema_line=schema.line,
-                work_id=s.work_id,
-                lease_s=s.lock_lease_s,
-                drift_s=s.lock_drift_s,
-                wait_s=s.lock_wait_s,
-                annotations=s.annotations,
-                compresslevel=s.compresslevel,
-            )
-            self.writers[key] = self._pool.submit(writer.open)
-        return self.writers[key]
+        with self._writers_lock:
+            if key not in self.writers:
+                self.writers[key] = self._pool.submit(self._new_writer(schema).open)
+            return self.writers[key]
+
+    def _new_writer(self, schema: Any) -> SchemaWriter:
+        s = self.settings
+        return SchemaWriter(
+            self.lake,
+            s.tap_id,
+            schema.message,
+            schema_line=schema.line,
+            work_id=s.work_id,
+            lease_s=s.lock_lease_s,
+            drift_s=s.lock_drift_s,
+            wait_s=s.lock_wait_s,
+            annotations=s.annotations,
+            compresslevel=s.compresslevel,
+        )
 
     def _write(self, segments: list[Segment]) -> list[list[dict]]:
         """One Spark job for every segment of the batch; each segment's file records, in record order."""

@@ -73,6 +73,7 @@ class StreamSchema:
     key_properties: list[str]
     decoder: RecordDecoder
     validator: Any = None
+    writer_opening: bool = False  # its writer was handed to the drain to open (on its first record)
 
 
 class _State(msgspec.Struct):
@@ -193,6 +194,9 @@ class Lander:
             stamp = (self.parse_time(sdc) if sdc is not None else None) or now_ms()
         if not line.endswith(b"\n"):
             line += b"\n"
+        if not current.writer_opening:
+            self.drain.open_writer(current)  # lock and registration start now, in the background
+            current.writer_opening = True
         batch = self.batch
         batch.add(stream, current, line, stamp)
         if batch.full(self.max_rows, self.max_bytes):

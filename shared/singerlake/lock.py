@@ -110,7 +110,7 @@ class Lock:
             stamp = now_ms()
             body = _body(writer_id, stamp, stamp, self.lease_s)
             try:
-                self.storage.write(self.key, body, if_none_match=True)
+                self.storage.write(self.key, body, if_none_match=True, durable=False)
             except PreconditionFailed:
                 try:
                     current = self.storage.read(self.key)
@@ -126,7 +126,7 @@ class Lock:
                     time.sleep(self.poll_s)
                     continue
                 try:
-                    self.storage.write(self.key, body, if_match=current.etag)
+                    self.storage.write(self.key, body, if_match=current.etag, durable=False)
                 except PreconditionFailed:
                     continue  # someone else refreshed or took it over first
                 log.warning("took over stale lock %s from %s", self.storage.url_of(self.key), holder)
@@ -154,7 +154,7 @@ class Lock:
                 raise LockLost(f"{self.key}: {self.writer_id} no longer holds this lock")
             body = _body(self.writer_id, self._acquired_ms, now_ms(), self.lease_s)
             try:
-                self._etag = self.storage.write(self.key, body, if_match=self._etag)
+                self._etag = self.storage.write(self.key, body, if_match=self._etag, durable=False)
             except PreconditionFailed:
                 self._lost.set()
                 raise LockLost(f"{self.storage.url_of(self.key)}: lock of {self.writer_id} was taken over") from None

@@ -46,19 +46,20 @@ class LocalStorage(Storage):
             raise NotFound(f"{self.url_of(key)} does not exist") from None
         return Blob(data, _etag(data))
 
-    def _write_temp(self, path: Path, data: bytes) -> Path:
+    def _write_temp(self, path: Path, data: bytes, durable: bool) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{uuid.uuid4().hex}")
         with open(tmp, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         return tmp
 
-    def write(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
+    def write(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False, durable: bool = True) -> str:
         path = self._path(key)
         try:
-            tmp = self._write_temp(path, data)
+            tmp = self._write_temp(path, data, durable)
         except OSError as exc:
             raise StorageError(f"cannot write {self.url_of(key)}: {exc}") from exc
         try:

@@ -107,7 +107,7 @@ class S3Storage(Storage):
         except Exception as exc:
             raise self._error(exc, key, "head") from exc
 
-    def write(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
+    def write(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False, durable: bool = True) -> str:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(key), "Body": data}
         if if_none_match:
             kwargs["IfNoneMatch"] = "*"
