@@ -6,17 +6,23 @@ In-process jobs share the test session's SparkSession; the CLI tests run `singer
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
-from lakes import TAP, LakeUnderTest, joined, land, record_msg, schema_msg
+from lakes import TAP, LakeUnderTest, joined, land, local_lake_at, record_msg, schema_msg
 from singerlake import Lake
-from singerlake.compact import compact_stream
+from singerlake.compact import compact, compact_stream
 from singerlake.datasource import register
 from singerlake.manifest import Manifest
 from singerlake.paths import StreamPaths, iso_ms, now_ms
@@ -42,6 +48,11 @@ def spark():
 
 def open_lake(lake: LakeUnderTest) -> Lake:
     return Lake(lake.storage)
+
+
+def local_lake_in(directory: Path) -> LakeUnderTest:
+    directory.mkdir()
+    return local_lake_at(directory)
 
 
 def run_cli(lake: LakeUnderTest, *args: str, master: str = "local[2]") -> subprocess.CompletedProcess:
@@ -239,6 +250,23 @@ def test_data_source_reads_a_stream_typed_with_positions(lake, spark):
     assert v2.count() == 15 and "name" not in v2.columns
 
 
+def staging_rows(lake: LakeUnderTest, stream: str) -> list[dict]:
+    processed = json.loads(lake.read(f"staging/{TAP}/{stream}/_processed.json"))
+    return [row for key in processed["files"] for row in pq.read_table(io.BytesIO(lake.read(key))).to_pylist()]
+
+
+def published_rows(lake: LakeUnderTest, stream: str) -> dict[str, list]:
+    """The current run's published rows, per format (CSV cells as the text written), sorted: part files may split them any way."""
+    prefix = json.loads(lake.read(f"staging/{TAP}/{stream}/_processed.json"))["published"]
+    rows: dict[str, list] = {"parquet": [], "csv": []}
+    for key in lake.keys("published/"):
+        if key.endswith(".parquet") and key.startswith(prefix + "/"):
+            rows["parquet"] += pq.read_table(io.BytesIO(lake.read(key))).to_pylist()
+        elif key.endswith(".csv") and key.startswith(prefix + "/"):
+            rows["csv"] += list(csv.DictReader(io.StringIO(lake.read(key).decode())))
+    return {fmt: sorted(found, key=lambda row: json.dumps(row, default=str)) for fmt, found in rows.items()}
+
+
 def test_project_keeps_one_current_row_per_key_and_processes_only_new_files(lake, spark):
     users = {
         "type": "object",
@@ -267,6 +295,135 @@ def test_project_keeps_one_current_row_per_key_and_processes_only_new_files(lake
     assert {k.rsplit(".", 1)[1] for k in published} == {"parquet", "csv"}
     csv_rows = sum(lake.read(k).count(b"\n") - 1 for k in published if k.endswith(".csv"))
     assert csv_rows == 11
+
+
+PROFILES = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer"},
+        "name": {"type": "string"},
+        "seen": {"type": "string", "format": "date-time"},
+        "address": {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "integer"}}},
+        "tags": {"type": "array", "items": {"type": "string"}},
+    },
+}
+
+
+def profile_records(seed: int, count: int) -> list[bytes]:
+    """Records of few keys (many updates each), some with a record time and some without, a few null keys."""
+    rng = random.Random(seed)
+    lines = []
+    for n in range(count):
+        key = None if rng.random() < 0.05 else rng.randrange(12)
+        record = {
+            "id": key,
+            "name": f"v{seed}-{n}",
+            "seen": "2024-05-01T10:00:00Z",
+            "address": {"city": f"c{n}", "zip": n},
+            "tags": ["x", str(n)],
+        }
+        when = rng.choice([None, "2024-01-01T00:00:00Z", "2024-01-02T00:00:00Z"])  # ties in time are common
+        lines.append(record_msg("profiles", record, when))
+    return lines
+
+
+def test_project_gives_the_same_rows_on_the_spark_sql_path_as_on_the_one_job_path(tmp_path, spark):
+    """Large streams go through Spark SQL, small ones through one job of pyarrow work items: same rows."""
+    small_lake, large_lake = local_lake_in(tmp_path / "small"), local_lake_in(tmp_path / "large")
+    for landing in range(2):
+        data = joined([schema_msg("profiles", PROFILES, ["id"]), *profile_records(landing, 150)])
+        for lake in (small_lake, large_lake):
+            land(lake.config, data, batch_max_rows=40)  # the same commits and positions in both lakes
+        small = project(open_lake(small_lake), spark, TAP)
+        large = project(open_lake(large_lake), spark, TAP, small_stream_bytes=0)
+        assert [(r["new_records"], r["rows"]) for r in small] == [(r["new_records"], r["rows"]) for r in large] == [(150, 13)]
+        by_position = lambda rows: sorted(rows, key=lambda row: (row["_singerlake_commit"], row["_singerlake_index"]))  # noqa: E731
+        assert by_position(staging_rows(small_lake, "profiles")) == by_position(staging_rows(large_lake, "profiles"))
+        assert published_rows(small_lake, "profiles") == published_rows(large_lake, "profiles")
+    csv_cells = published_rows(small_lake, "profiles")["csv"]
+    assert {json.loads(row["tags"])[0] for row in csv_cells} == {"x"} and all(json.loads(row["address"])["city"] for row in csv_cells)
+
+
+# -- many streams: one Spark job for all of them, failures reported per stream -----------------------
+def many_streams_lake(lake: LakeUnderTest, streams: int, files: int = 3, per_file: int = 4) -> list[str]:
+    """Streams s000, s001, ... of ``files`` small files each (one commit each), written with the core."""
+    names = [f"s{number:03d}" for number in range(streams)]
+    digest = schema_hash(SMALL, ["id"])
+    for name in names:
+        paths = StreamPaths(TAP, name)
+        line = schema_msg(name, SMALL, ["id"]) + b"\n"
+        manifest = Manifest(TAP, name)
+        manifest.start_generation()
+        manifest.add_version(digest, SMALL, ["id"], 0)
+        for number in range(files):
+            chunk = [record_msg(name, {"id": i, "pad": f"{number}-{i}"}) + b"\n" for i in range(per_file)]
+            manifest.append_commit([write_data_file(lake.storage, paths, digest, line, chunk, [number * 1000] * per_file)])
+        lake.storage.write(paths.manifest, manifest.to_bytes())
+        Lake(lake.storage).publish_stream(manifest)
+    return names
+
+
+def spark_jobs(spark, job: Callable[[], object]) -> int:
+    """How many Spark jobs ``job()`` started (it runs in a job group of its own)."""
+    group = f"counted-{uuid.uuid4().hex}"
+    spark.sparkContext.setJobGroup(group, "counted by a test")
+    try:
+        job()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+
+def jobs_per_lake_job(spark, lake: LakeUnderTest, streams: int) -> dict[str, int]:
+    """Spark jobs of repair, verify, compact and project on a lake of ``streams`` streams, each checked for its effect."""
+    names = many_streams_lake(lake, streams)
+    for name in names:
+        lake.storage.delete(StreamPaths(TAP, name).manifest)
+    jobs = {"repair": spark_jobs(spark, lambda: repair(open_lake(lake), spark, apply=True))}
+    assert all(len(lake.manifest(name)["files"]) == 3 for name in names), "repair rebuilt every manifest"
+    jobs["verify"] = spark_jobs(spark, lambda: verify(open_lake(lake), spark))
+    jobs["compact"] = spark_jobs(spark, lambda: compact(open_lake(lake), spark))
+    assert all(len(lake.manifest(name)["files"]) == 1 for name in names), "compact merged every stream"
+    assert verify(open_lake(lake), spark) == []
+    jobs["project"] = spark_jobs(spark, lambda: project(open_lake(lake), spark))
+    assert all(len(staging_rows(lake, name)) == 4 for name in names), "project wrote every stream's current rows"
+    return jobs
+
+
+def test_verify_repair_compact_and_project_run_as_many_spark_jobs_for_30_streams_as_for_3(tmp_path, spark):
+    few = jobs_per_lake_job(spark, local_lake_in(tmp_path / "few"), 3)
+    many = jobs_per_lake_job(spark, local_lake_in(tmp_path / "many"), 30)
+    assert many == few, (few, many)
+    assert all(1 <= count <= 2 for count in many.values()), many
+
+
+def test_a_failing_stream_is_reported_by_name_and_the_others_are_compacted_and_projected(local_lake):
+    good, corrupt, invalid = many_streams_lake(local_lake, 3)
+    damaged = local_lake.manifest(corrupt)["files"][1]
+    data = bytearray(local_lake.read(damaged["path"]))
+    data[-12] ^= 0xFF  # same size, another hash
+    local_lake.storage.write(damaged["path"], bytes(data))
+
+    compacted = run_cli(local_lake, "compact", "--json")
+    assert compacted.returncode == 1, compacted.stderr[-3000:]
+    failures = json.loads(compacted.stdout)["failures"]
+    assert [(f["tap_id"], f["stream"]) for f in failures] == [(TAP, corrupt)]
+    assert "blake2 hash" in failures[0]["cause"] and damaged["path"] in failures[0]["cause"]
+    reported = [line for line in compacted.stderr.splitlines() if line.startswith("singerlake compact: failed:")]
+    assert len(reported) == 1 and repr(corrupt) in reported[0] and TAP in reported[0] and "Traceback" not in compacted.stderr
+    assert [len(local_lake.manifest(name)["files"]) for name in (good, corrupt, invalid)] == [1, 3, 1]
+
+    local_lake.storage.write(StreamPaths(TAP, invalid).manifest, b'{"format": "singerlake-manifest"}')
+    projected = run_cli(local_lake, "project")
+    assert projected.returncode == 1, projected.stderr[-3000:]
+    reported = [line for line in projected.stderr.splitlines() if line.startswith("singerlake project: failed:")]
+    assert len(reported) == 2, projected.stderr[-3000:]
+    assert repr(corrupt) in reported[0] and "blake2 hash" in reported[0]
+    assert repr(invalid) in reported[1] and "manifest.json" in reported[1] and "'tap_id'" in reported[1]
+    assert f"{good}: 12 new records, 4 current rows" in projected.stdout
+    assert len(staging_rows(local_lake, good)) == 4
+    assert not local_lake.storage.exists(f"staging/{TAP}/{corrupt}/_processed.json")
+    assert not local_lake.storage.exists(f"staging/{TAP}/{invalid}/_processed.json")
 
 
 # -- locks, describe, the CLI on a cluster ---------------------------------------------------------
@@ -299,7 +456,7 @@ def test_jobs_run_on_a_local_cluster(local_lake):
     before = stored_lines(local_lake)
     compacted = run_cli(local_lake, "compact", "--json", master="local-cluster[2,1,1024]")
     assert compacted.returncode == 0, compacted.stderr[-3000:]
-    assert sum(r["groups"] for r in json.loads(compacted.stdout)) > 0
+    assert sum(r["groups"] for r in json.loads(compacted.stdout)["streams"]) > 0
     checked = run_cli(local_lake, "verify", master="local-cluster[2,1,1024]")
     assert checked.returncode == 0, checked.stdout + checked.stderr[-3000:]
     assert stored_lines(local_lake) == before

@@ -1,8 +1,14 @@
 """The ``singerlake`` command: lake jobs. Every command takes the lake root first.
 
 S3 roots use the standard AWS configuration (environment, profile) plus --s3-* options.
-Jobs that read many files (verify, repair, compact) run on Spark (--spark-master, default local[*]).
-Exit codes: 0 success (verify: clean), 1 verify found problems, 2 error.
+Jobs that read many files (verify, repair, compact, project) run on Spark (--spark-master, default
+local[*]): one Spark job for all the streams they cover (project: plus a few per stream over
+64 MiB). A stream that fails does not stop the others: each failed stream is reported on stderr,
+one line naming its tap, its stream and the cause, and in --json output under "failures".
+
+Exit codes: 0 success (verify: clean); 1 verify found problems, or some streams failed (the
+others finished); 2 an error that is no stream's: usage or configuration (bad arguments, lake
+root, tap) or the lake's own metadata (an unreadable catalogue or singerlake.json).
 """
 
 from __future__ import annotations
@@ -42,6 +48,17 @@ def emit(args: argparse.Namespace, doc, text: str) -> None:
     print(json.dumps(doc, indent=1, ensure_ascii=False) if args.json else text)
 
 
+def finish(args: argparse.Namespace, doc: dict, text: str, failures: list, problems: bool = False) -> int:
+    """Print a stream job's result with its failed streams (one line each on stderr, and in the JSON
+    document); exit 1 when a stream failed (or ``problems``), else 0."""
+    emit(args, {**doc, "failures": [f.to_dict() for f in failures]}, text)
+    for failure in failures:
+        print(f"singerlake {args.command}: failed: {failure}", file=sys.stderr)
+    if failures:
+        print(f"singerlake {args.command}: {len(failures)} stream(s) failed; the others finished", file=sys.stderr)
+    return 1 if failures or problems else 0
+
+
 # -- commands ------------------------------------------------------------------------------------
 def cmd_ls(args: argparse.Namespace) -> int:
     report = describe_lake(open_lake(args))
@@ -54,21 +71,25 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     lake = open_lake(args)
     spark = None if args.no_hashes else start_spark(args)
-    findings = verify(lake, spark, check_hashes=not args.no_hashes, progress=progress(args, "verify"))
-    summary = f"{len(findings)} problem(s) found" if findings else "clean: metadata and storage agree"
-    emit(args, {"clean": not findings, "findings": [f.to_dict() for f in findings]}, "\n".join([*map(str, findings), summary]))
-    return 1 if findings else 0
+    failures: list = []
+    findings = verify(lake, spark, check_hashes=not args.no_hashes, progress=progress(args, "verify"), failures=failures)
+    if findings or failures:
+        summary = f"{len(findings)} problem(s) found" + (f"; {len(failures)} stream(s) could not be checked" if failures else "")
+    else:
+        summary = "clean: metadata and storage agree"
+    doc = {"clean": not findings and not failures, "findings": [f.to_dict() for f in findings]}
+    return finish(args, doc, "\n".join([*map(str, findings), summary]), failures, problems=bool(findings))
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
     from singerlake.repair import repair
 
     lake = open_lake(args)
-    actions = repair(lake, start_spark(args), apply=args.apply, progress=progress(args, "repair"))
+    failures: list = []
+    actions = repair(lake, start_spark(args), apply=args.apply, progress=progress(args, "repair"), failures=failures)
     verb = "done" if args.apply else "would do (dry run; --apply to change the lake)"
     text = "\n".join([*map(str, actions), f"{len(actions)} change(s) {verb}" if actions else "nothing to repair"])
-    emit(args, {"applied": args.apply, "actions": [a.to_dict() for a in actions]}, text)
-    return 0
+    return finish(args, {"applied": args.apply, "actions": [a.to_dict() for a in actions]}, text, failures)
 
 
 def cmd_vacuum(args: argparse.Namespace) -> int:
@@ -87,24 +108,28 @@ def cmd_compact(args: argparse.Namespace) -> int:
     from singerlake.compact import compact
 
     lake = open_lake(args)
+    failures: list = []
+    target_bytes = int(args.target_size_mib * MIB)
     results = compact(
-        lake, start_spark(args), args.tap, args.stream, target_bytes=int(args.target_size_mib * MIB), progress=progress(args, "compact")
+        lake, start_spark(args), args.tap, args.stream, target_bytes=target_bytes, progress=progress(args, "compact"), failures=failures
     )
     text = "\n".join(
         f"{r.stream}: {r.files_before:,} -> {r.files_after:,} files ({r.groups} merged, {r.bytes_merged:,} bytes)" for r in results
     )
-    emit(args, [r.to_dict() for r in results], text or "no streams")
-    return 0
+    return finish(args, {"streams": [r.to_dict() for r in results]}, text or "no streams", failures)
 
 
 def cmd_project(args: argparse.Namespace) -> int:
     from singerlake.project import project
 
     lake = open_lake(args)
-    results = project(lake, start_spark(args), args.tap, args.stream, formats=args.formats.split(","))
+    failures: list = []
+    formats = args.formats.split(",")
+    results = project(
+        lake, start_spark(args), args.tap, args.stream, formats=formats, progress=progress(args, "project"), failures=failures
+    )
     text = "\n".join(f"{r['stream']}: {r['new_records']:,} new records, {r['rows']:,} current rows -> {r['staging']}" for r in results)
-    emit(args, results, text or "no streams")
-    return 0
+    return finish(args, {"streams": results}, text or "no streams", failures)
 
 
 def cmd_locks(args: argparse.Namespace) -> int:

@@ -4,9 +4,10 @@ Groups are runs of files adjacent in replay order, of one schema version, with n
 ACTIVATE_VERSION between them, so replay order is unchanged. Each group is merged on an executor
 (records concatenated in order, each source verified against its blake2 hash first) into one new
 file carrying its records' positions (``runs``, SPEC.md §11), so readers' bookmarks stay exact.
-All groups of a stream are swapped in by one manifest compare-and-swap; a target committing at the
-same time only makes the swap retry on the new manifest. Replaced files stay on storage (listed in
-the manifest's ``replaced``) until vacuum, so readers holding the old manifest keep working.
+The groups of all selected streams are merged in one Spark job; then all groups of a stream are
+swapped in by one manifest compare-and-swap; a target committing at the same time only makes the
+swap retry on the new manifest. Replaced files stay on storage (listed in the manifest's
+``replaced``) until vacuum, so readers holding the old manifest keep working.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from singerlake.jobs import Progress, run_items
+from singerlake.jobs import Failures, Progress, StreamFailure, by_stream, for_each_stream, run_stream_items, selected_streams
 from singerlake.lake import Lake
 from singerlake.manifest import Manifest
 from singerlake.paths import StreamPaths, iso_ms, new_file_id, now_ms
@@ -26,10 +27,12 @@ from singerlake.singer_file import store
 from singerlake.storage import Storage
 
 DEFAULT_TARGET_BYTES = 128 << 20
+SWAP_THREADS = 4  # manifest swaps at once: each is its own compare-and-swap, retried on conflict
 
 
 @dataclass(frozen=True)
 class Compaction:
+    tap_id: str
     stream: str
     files_before: int
     files_after: int
@@ -97,22 +100,9 @@ def merge_group(storage: Storage, compresslevel: int, item: dict) -> dict:
     return {**record, "runs": item["runs"]}
 
 
-def compact_stream(
-    lake: Lake,
-    spark,
-    tap_id: str,
-    stream: str,
-    target_bytes: int = DEFAULT_TARGET_BYTES,
-    compresslevel: int = 6,
-    progress: Progress | None = None,
-    before_commit: Callable[[], None] | None = None,
-) -> Compaction:
-    paths = lake.paths(tap_id, stream)
+def plan_stream(lake: Lake, tap_id: str, stream: str, target_bytes: int, work_id: str) -> tuple[Manifest, list[dict]]:
+    """The stream's manifest and one merge item per group (tagged with the stream)."""
     manifest = lake.manifest(tap_id, stream)
-    groups = plan_groups(manifest, target_bytes)
-    if not groups:
-        return Compaction(stream, len(manifest.files), len(manifest.files), 0, 0)
-    work_id = f"compact-{new_file_id()[:16]}"
     items = [
         {
             "tap_id": tap_id,
@@ -122,13 +112,14 @@ def compact_stream(
             "runs": merged_runs(g),
             "work_id": work_id,
         }
-        for g in groups
+        for g in plan_groups(manifest, target_bytes)
     ]
-    sizes = [sum(e["size"] for e in item["files"]) for item in items]
-    merged = run_items(spark, items, functools.partial(merge_group, lake.storage, compresslevel), progress, sizes)
-    if before_commit:
-        before_commit()  # tests: a concurrent commit lands here
-    swaps = [([e["id"] for e in item["files"]], new) for item, new in zip(items, merged, strict=True)]
+    return manifest, items
+
+
+def swap_in(lake: Lake, tap_id: str, stream: str, merged: list[tuple[dict, dict]]) -> Manifest:
+    """One compare-and-swap puts the stream's merged files in place of their groups."""
+    swaps = [([e["id"] for e in item["files"]], new) for item, new in merged]
 
     def swap(current: Manifest) -> bool:
         present = current.file_ids()
@@ -138,14 +129,51 @@ def compact_stream(
         current.replace_files(valid, iso_ms(now_ms()))
         return True
 
-    after = lake.update_manifest(paths, swap)
-    return Compaction(stream, len(manifest.files), len(after.files), len(groups), sum(sizes))
+    return lake.update_manifest(lake.paths(tap_id, stream), swap)
 
 
-def compact(lake: Lake, spark, tap_id: str | None = None, stream: str | None = None, **options) -> list[Compaction]:
+def compact(
+    lake: Lake,
+    spark,
+    tap_id: str | None = None,
+    stream: str | None = None,
+    target_bytes: int = DEFAULT_TARGET_BYTES,
+    compresslevel: int = 6,
+    progress: Progress | None = None,
+    before_commit: Callable[[], None] | None = None,
+    failures: list[StreamFailure] | None = None,
+) -> list[Compaction]:
+    """Compact the selected streams: every group of every stream is merged in one Spark job, then
+    each stream's merged files are swapped in by its own compare-and-swap (a few streams at a time).
+
+    A stream that fails (unreadable manifest, a source failing its hash check, a lost swap) is added
+    to ``failures`` and the others are compacted; the groups of a failing stream that did merge are
+    still swapped in. Without ``failures``, StreamsFailed is raised at the end.
+    """
     lake.check_exists()
-    results = []
-    for tap in [tap_id] if tap_id else lake.taps():
-        for name in [stream] if stream else lake.streams(tap):
-            results.append(compact_stream(lake, spark, tap, name, **options))
-    return results
+    found = Failures()
+    work_id = f"compact-{new_file_id()[:16]}"
+    plans = for_each_stream(
+        selected_streams(lake, tap_id, stream), lambda tap, name: plan_stream(lake, tap, name, target_bytes, work_id), found
+    )
+    items = [item for _, stream_items in plans.values() for item in stream_items]
+    sizes = [sum(e["size"] for e in item["files"]) for item in items]
+    work = functools.partial(merge_group, lake.storage, compresslevel)
+    merged = by_stream(items, run_stream_items(spark, items, work, found, progress, sizes=sizes))
+    if before_commit:
+        before_commit()  # tests: a concurrent commit lands here
+
+    def finish(tap: str, name: str) -> Compaction:
+        manifest, done = plans[(tap, name)][0], merged.get((tap, name), [])
+        files_after = len(swap_in(lake, tap, name, done).files) if done else len(manifest.files)
+        bytes_merged = sum(e["size"] for item, _ in done for e in item["files"])
+        return Compaction(tap, name, len(manifest.files), files_after, len(done), bytes_merged)
+
+    results = for_each_stream(list(plans), finish, found, threads=SWAP_THREADS)
+    found.deliver(failures)
+    return list(results.values())
+
+
+def compact_stream(lake: Lake, spark, tap_id: str, stream: str, **options) -> Compaction:
+    """Compact one stream; raises StreamsFailed when it fails."""
+    return compact(lake, spark, tap_id, stream, **options)[0]

@@ -30,6 +30,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from singerlake.catalogue import replay_schema
 from singerlake.lake import Lake
+from singerlake.manifest import Manifest
 from singerlake.replay import Position, already_replayed, check_bookmark, file_runs, open_verified
 from singerlake.singer_file import record_time_ms
 from singerlake.spark_schema import row_converter, struct_type
@@ -41,6 +42,11 @@ POSITION_COLUMNS = [
     T.StructField("_singerlake_version", T.StringType()),
     T.StructField("_singerlake_time", T.TimestampType()),
 ]
+
+
+def columns(json_schema: dict) -> T.StructType:
+    """The DataFrame schema of records under ``json_schema``: its properties, then POSITION_COLUMNS."""
+    return T.StructType(struct_type(json_schema).fields + POSITION_COLUMNS)
 
 
 def register(spark) -> None:
@@ -82,21 +88,45 @@ class SingerlakeDataSource(DataSource):
 
     def schema(self) -> T.StructType:
         _, _, schema, _ = self._selected()
-        return T.StructType(struct_type(schema).fields + POSITION_COLUMNS)
+        return columns(schema)
 
     def reader(self, schema: T.StructType) -> DataSourceReader:
         lake, manifest, _, hashes = self._selected()
         after = Position.from_bookmark(json.loads(self.options["after"]), manifest.stream) if self.options.get("after") else None
         check_bookmark(after, manifest)
         until = int(self.options.get("until_commit") or manifest.commits)
-        labels = {h: info["version"] for h, info in manifest.versions.items()}
-        files = []
-        for entry, runs in file_runs(manifest):
-            skip = already_replayed(runs, after)
-            if entry["schema_hash"] in hashes and runs[0].commit <= until and skip < entry["records"]:
-                runs_doc = [[r.commit, r.first, r.records] for r in runs]
-                files.append({"entry": entry, "runs": runs_doc, "skip": skip, "version": labels[entry["schema_hash"]]})
-        return _Reader(lake.storage, schema, files)
+        return _Reader(lake.storage, schema, plan_files(manifest, hashes, after, until))
+
+
+def plan_files(manifest: Manifest, hashes: set[str], after: Position | None, until: int) -> list[dict]:
+    """The data files holding records of versions ``hashes`` after ``after``, committed by ``until``,
+    in replay order: ``{"entry", "runs", "skip", "version"}`` (``skip``: records read already)."""
+    labels = {h: info["version"] for h, info in manifest.versions.items()}
+    files = []
+    for entry, runs in file_runs(manifest):
+        skip = already_replayed(runs, after)
+        if entry["schema_hash"] in hashes and runs[0].commit <= until and skip < entry["records"]:
+            runs_doc = [[r.commit, r.first, r.records] for r in runs]
+            files.append({"entry": entry, "runs": runs_doc, "skip": skip, "version": labels[entry["schema_hash"]]})
+    return files
+
+
+def file_rows(storage: Storage, schema: T.StructType, file: dict) -> Iterator[tuple]:
+    """The rows of one planned file (``plan_files``) under ``schema`` (properties, then POSITION_COLUMNS),
+    read after checking the file against its blake2 hash."""
+    properties = T.StructType(schema.fields[: -len(POSITION_COLUMNS)])
+    convert = row_converter(properties)
+    positions = [(commit, first + i) for commit, first, count in file["runs"] for i in range(count)]
+    with open_verified(storage, file["entry"]) as stored, gzip.GzipFile(fileobj=stored, mode="rb") as unzipped:
+        unzipped.readline()  # the SCHEMA line
+        for index, line in enumerate(unzipped):
+            if index < file["skip"]:
+                continue
+            message = json.loads(line)
+            ms = record_time_ms(message, None)  # SPEC.md §1; None: the record has no time of its own
+            time = None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+            commit, position = positions[index]
+            yield (*convert(message.get("record") or {}), commit, position, file["version"], time)
 
 
 class _FilePartition(InputPartition):
@@ -113,17 +143,4 @@ class _Reader(DataSourceReader):
         return [_FilePartition(file) for file in self.files]
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
-        file = partition.file
-        properties = T.StructType(self.schema.fields[: -len(POSITION_COLUMNS)])
-        convert = row_converter(properties)
-        positions = [(commit, first + i) for commit, first, count in file["runs"] for i in range(count)]
-        with open_verified(self.storage, file["entry"]) as stored, gzip.GzipFile(fileobj=stored, mode="rb") as unzipped:
-            unzipped.readline()  # the SCHEMA line
-            for index, line in enumerate(unzipped):
-                if index < file["skip"]:
-                    continue
-                message = json.loads(line)
-                ms = record_time_ms(message, None)  # SPEC.md §1; None: the record has no time of its own
-                time = None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-                commit, position = positions[index]
-                yield (*convert(message.get("record") or {}), commit, position, file["version"], time)
+        return file_rows(self.storage, self.schema, partition.file)

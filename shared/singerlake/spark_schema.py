@@ -1,4 +1,4 @@
-"""JSON schema -> Spark schema, and JSON values -> Python values of those Spark types.
+"""JSON schema -> Spark schema, JSON values -> Python values of those Spark types, Spark -> Arrow schema.
 
 | JSON schema | Spark |
 |---|---|
@@ -97,3 +97,12 @@ def converter(data_type: T.DataType) -> Callable[[Any], Any]:
 def row_converter(struct: T.StructType) -> Callable[[Any], tuple | None]:
     fields = [(field.name, converter(field.dataType)) for field in struct.fields]
     return lambda v: tuple(convert(v.get(name)) for name, convert in fields) if isinstance(v, dict) else None
+
+
+def arrow_schema(struct: T.StructType, timezone: str = "UTC"):
+    """The Arrow schema Spark itself uses for ``struct`` in Arrow batches (timestamps labelled ``timezone``,
+    Spark's session time zone)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    return pa.schema([pa.field(field.name, to_arrow_type(field.dataType, timezone=timezone)) for field in struct.fields])

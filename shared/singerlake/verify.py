@@ -1,7 +1,8 @@
 """``singerlake verify``: compare the lake's metadata with what storage holds (fsck, SPEC.md §12).
 
-Listing and manifests are compared on the driver; the blake2 hash of every referenced file is
-computed on Spark executors, so a stream of 100,000 files is checked in parallel.
+Listing and manifests are compared on the driver (streams on a small thread pool); the blake2 hash
+of every referenced file of every stream is computed on Spark executors in one job, so a lake of
+many small streams costs one Spark job, and a stream of 100,000 files is checked in parallel.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import hashlib
 from dataclasses import asdict, dataclass
 
 from singerlake import catalogue as cat
-from singerlake.jobs import Progress, run_items
+from singerlake.jobs import Failures, Progress, StreamFailure, for_each_stream, run_stream_items
 from singerlake.lake import Lake
 from singerlake.lock import looks_stale, read_lock
 from singerlake.manifest import Manifest
@@ -129,42 +130,67 @@ def verify_tap_metadata(lake: Lake, tap_id: str, streams: list[str]) -> list[Fin
     return findings
 
 
-def verify(lake: Lake, spark=None, check_hashes: bool = True, progress: Progress | None = None) -> list[Finding]:
-    """Every difference between metadata and storage, each naming the path at fault."""
-    lake.check_exists()
-    findings: list[Finding] = []
+def _root_findings(lake: Lake) -> tuple[set[str], list[Finding]]:
+    """The taps singerlake.json registers, or the finding that says why it cannot tell."""
     try:
-        registered = set(cat.load(lake.storage.read(ROOT_METADATA).data, ROOT_METADATA, "root")["taps"])
+        return set(cat.load(lake.storage.read(ROOT_METADATA).data, ROOT_METADATA, "root")["taps"]), []
     except NotFound:
-        registered = set()
-        findings.append(Finding("metadata", ROOT_METADATA, "singerlake.json is missing"))
+        return set(), [Finding("metadata", ROOT_METADATA, "singerlake.json is missing")]
     except InvalidMetadata as exc:
-        registered = set()
-        findings.append(Finding("metadata", ROOT_METADATA, f"invalid: {exc}"))
+        return set(), [Finding("metadata", ROOT_METADATA, f"invalid: {exc}")]
+
+
+def _hash_findings(to_hash: list[dict], hashes: list[dict | None]) -> list[Finding]:
+    findings = []
+    for entry, found in zip(to_hash, hashes, strict=True):
+        if found is None:
+            continue  # the item failed: its stream is reported as a failure
+        if found["size"] is None:
+            findings.append(Finding("missing", entry["path"], "disappeared during verify"))
+        elif found["hash"] != entry["hash"]:
+            findings.append(
+                Finding("hash_mismatch", entry["path"], f"blake2 {found['hash']} on storage, the manifest says {entry['hash']}")
+            )
+    return findings
+
+
+def verify(
+    lake: Lake,
+    spark=None,
+    check_hashes: bool = True,
+    progress: Progress | None = None,
+    failures: list[StreamFailure] | None = None,
+) -> list[Finding]:
+    """Every difference between metadata and storage, each naming the path at fault.
+
+    Streams are compared with their listings on the driver, then the hashes of every stream's files
+    are checked in one Spark job. A stream that cannot be checked (a storage error) is added to
+    ``failures`` and the others are checked; without ``failures`` that raises StreamsFailed at the end.
+    """
+    lake.check_exists()
+    found = Failures()
+    registered, findings = _root_findings(lake)
+    streams_of = {tap_id: lake.listed_streams(tap_id) for tap_id in lake.listed_taps()}
+
+    def check(tap_id: str, stream: str) -> tuple[list[Finding], list[dict]]:
+        return verify_stream(lake, tap_id, stream, stream_listing(lake.storage, lake.paths(tap_id, stream)))
+
+    checked = for_each_stream([(tap, stream) for tap, streams in streams_of.items() for stream in streams], check, found)
     to_hash: list[dict] = []
-    for tap_id in lake.listed_taps():
+    items: list[dict] = []  # one per entry to hash, naming its stream
+    for tap_id, streams in streams_of.items():
         if registered and tap_id not in registered:
             findings.append(Finding("metadata", ROOT_METADATA, f"tap {tap_id!r} is on storage but not registered"))
-        streams = lake.listed_streams(tap_id)
         findings += verify_tap_metadata(lake, tap_id, streams)
         for stream in streams:
-            listing = stream_listing(lake.storage, lake.paths(tap_id, stream))
-            stream_findings, stream_to_hash = verify_stream(lake, tap_id, stream, listing)
+            stream_findings, stream_to_hash = checked.get((tap_id, stream), ([], []))
             findings += stream_findings
             to_hash += stream_to_hash
+            items += [{"tap_id": tap_id, "stream": stream, "path": entry["path"]} for entry in stream_to_hash]
     if check_hashes and to_hash:
-        hashes = run_items(
-            spark,
-            [{"path": e["path"]} for e in to_hash],
-            functools.partial(file_hash, lake.storage),
-            progress,
-            [e["size"] for e in to_hash],
+        hashes = run_stream_items(
+            spark, items, functools.partial(file_hash, lake.storage), found, progress, sizes=[e["size"] for e in to_hash]
         )
-        for entry, found in zip(to_hash, hashes, strict=True):
-            if found["size"] is None:
-                findings.append(Finding("missing", entry["path"], "disappeared during verify"))
-            elif found["hash"] != entry["hash"]:
-                findings.append(
-                    Finding("hash_mismatch", entry["path"], f"blake2 {found['hash']} on storage, the manifest says {entry['hash']}")
-                )
+        findings += _hash_findings(to_hash, hashes)
+    found.deliver(failures)
     return findings
