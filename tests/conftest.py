@@ -19,9 +19,7 @@ S3_KEYS = {"access_key_id": "testing", "secret_access_key": "testing-secret", "r
 
 
 def pytest_configure(config) -> None:
-    config.addinivalue_line(
-        "markers", "heavy: starts clusters or many processes; runs in CI, skip while iterating with -m 'not heavy'"
-    )
+    config.addinivalue_line("markers", "heavy: starts clusters or many processes; runs in CI, skip while iterating with -m 'not heavy'")
 
 
 def _free_port() -> int:

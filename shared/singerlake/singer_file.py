@@ -105,10 +105,21 @@ def write_data_file(
 
 
 def store(
-    storage: Storage, paths: StreamPaths, schema_hash: str, data: bytes, start: int, end: int, records: int, work_id: str | None
+    storage: Storage,
+    paths: StreamPaths,
+    schema_hash: str,
+    data: bytes,
+    start: int,
+    end: int,
+    records: int,
+    work_id: str | None,
+    file_id: str | None = None,
 ) -> dict:
-    """Write encoded data file bytes under a new file id (create-only) and return the file's metadata record."""
-    file_id = new_file_id()
+    """Write encoded data file bytes (create-only) and return the file's metadata record.
+
+    ``file_id``: named by whoever knows the record order (a new id, by default).
+    """
+    file_id = file_id or new_file_id()
     key = paths.data_file(schema_hash, start, end, file_id)
     storage.write(key, data, if_none_match=True)
     return make_record(

@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from singerlake.paths import StreamPaths
+from singerlake.paths import StreamPaths, new_file_id
 from singerlake.singer_file import store
 from singerlake.storage import Storage
 
@@ -89,7 +89,12 @@ class ChunkCompressor:
 
 
 def batch_table(segments: list[list[Chunk]]):
-    """The Arrow table a batch's DataFrame is made from: one row per chunk, segment after segment, in order."""
+    """The Arrow table a batch's DataFrame is made from: one row per chunk, segment after segment, in order.
+
+    Each chunk carries the id of the file it would start, drawn here in record order: a file takes
+    its first chunk's id, so a stream's file ids follow its records however executors schedule
+    their writes (a rebuild orders files by id, SPEC.md §7).
+    """
     import pyarrow as pa
 
     chunks = [chunk for segment in segments for chunk in segment]
@@ -103,6 +108,7 @@ def batch_table(segments: list[list[Chunk]]):
         {
             "segment": pa.array([index for index, segment in enumerate(segments) for _ in segment], pa.int64()),
             "seq": pa.array([seq for segment in segments for seq in range(len(segment))], pa.int64()),
+            "file_id": pa.array([new_file_id() for _ in chunks], pa.string()),
             "data": data,
             "raw_bytes": pa.array([c.raw_bytes for c in chunks], pa.int64()),
             "records": pa.array([c.records for c in chunks], pa.int64()),
@@ -113,10 +119,11 @@ def batch_table(segments: list[list[Chunk]]):
 
 
 class _FileBuilder:
-    def __init__(self, segment: int, job: FileJob, first_chunk: int):
+    def __init__(self, segment: int, job: FileJob, first_chunk: int, file_id: str):
         self.segment = segment
         self.job = job
         self.first_chunk = first_chunk
+        self.file_id = file_id
         self.stored_bytes = len(job.schema_member)
         self.parts = [job.schema_member]
         self.raw_bytes = 0
@@ -133,11 +140,12 @@ class _FileBuilder:
     def finish(self) -> tuple[int, int, str]:
         job = self.job
         data = b"".join(self.parts)
-        record = store(job.storage, job.paths, job.schema_hash, data, int(self.start), int(self.end), self.records, job.work_id)
+        start, end = int(self.start), int(self.end)
+        record = store(job.storage, job.paths, job.schema_hash, data, start, end, self.records, job.work_id, self.file_id)
         return self.segment, self.first_chunk, json.dumps(record)
 
 
-def _chunks(batch) -> Iterator[tuple[int, int, memoryview, int, int, int, int]]:
+def _chunks(batch) -> Iterator[tuple[int, int, str, memoryview, int, int, int, int]]:
     """Rows of a chunk batch, with the data as zero-copy views of the Arrow buffer."""
     import pyarrow as pa
 
@@ -148,14 +156,15 @@ def _chunks(batch) -> Iterator[tuple[int, int, memoryview, int, int, int, int]]:
     rows = zip(
         batch.column("segment").to_pylist(),
         batch.column("seq").to_pylist(),
+        batch.column("file_id").to_pylist(),
         batch.column("raw_bytes").to_pylist(),
         batch.column("records").to_pylist(),
         batch.column("start").to_pylist(),
         batch.column("end").to_pylist(),
         strict=True,
     )
-    for index, (segment, seq, raw_bytes, records, start, end) in enumerate(rows):
-        yield segment, seq, payload[offsets[index] : offsets[index + 1]], raw_bytes, records, start, end
+    for index, (segment, seq, file_id, raw_bytes, records, start, end) in enumerate(rows):
+        yield segment, seq, file_id, payload[offsets[index] : offsets[index + 1]], raw_bytes, records, start, end
 
 
 def write_partition(jobs: list[FileJob], batches: Iterator[Any]) -> Iterator[Any]:
@@ -177,12 +186,12 @@ def write_partition(jobs: list[FileJob], batches: Iterator[Any]) -> Iterator[Any
 
         builder = None
         for batch in batches:
-            for segment, seq, member, raw_bytes, records, start, end in _chunks(batch):
+            for segment, seq, file_id, member, raw_bytes, records, start, end in _chunks(batch):
                 if builder is not None and builder.segment != segment:
                     finish(builder)
                     builder = None
                 if builder is None:
-                    builder = _FileBuilder(segment, jobs[segment], seq)
+                    builder = _FileBuilder(segment, jobs[segment], seq, file_id)
                 builder.add(member, raw_bytes, records, start, end)
                 if builder.raw_bytes >= jobs[segment].max_file_bytes:
                     finish(builder)
