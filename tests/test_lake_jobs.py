@@ -451,6 +451,7 @@ def test_describe_shows_versions_with_a_readable_diff(local_lake):
     assert users["records"] == 58 and users["versions"][1]["changes"] == ["+ email: string", "- name"]
 
 
+@pytest.mark.heavy
 def test_jobs_run_on_a_local_cluster(local_lake):
     land(local_lake.config, sample_input(), batch_max_rows=5)
     before = stored_lines(local_lake)

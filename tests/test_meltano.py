@@ -20,6 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "demo"))
 import meltano_project as mp  # noqa: E402
 
+pytestmark = pytest.mark.heavy  # the real meltano CLI in its own venv, end to end
+
 HUB = {
     "tap-singerlake": REPO / "hub/extractors/tap-singerlake/singerlake.yml",
     "target-singerlake": REPO / "hub/loaders/target-singerlake/singerlake.yml",

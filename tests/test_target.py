@@ -301,14 +301,15 @@ def test_chunks_waiting_for_gzip_are_bounded_so_fast_input_cannot_pile_up_raw_te
 
     monkeypatch.setattr(spark_write, "gzip_member", stuck_gzip)
     compressor = spark_write.ChunkCompressor(6, threads=1)
-    chunks = [compressor.chunk(b"a\n", 1, 0, 0), compressor.chunk(b"b\n", 1, 0, 0)]
-    third = threading.Thread(target=lambda: chunks.append(compressor.chunk(b"c\n", 1, 0, 0)))
+    a, b, c = (letter * spark_write.INLINE_GZIP_BYTES + b"\n" for letter in (b"a", b"b", b"c"))  # large enough for the pool
+    chunks = [compressor.chunk(a, 1, 0, 0), compressor.chunk(b, 1, 0, 0)]
+    third = threading.Thread(target=lambda: chunks.append(compressor.chunk(c, 1, 0, 0)))
     third.start()
     third.join(0.5)
     assert third.is_alive() and len(chunks) == 2  # the reader waits instead of queueing more raw text
     unblock.set()
     third.join(30)
-    assert [gzip.decompress(chunk.member.result()) for chunk in chunks] == [b"a\n", b"b\n", b"c\n"]
+    assert [gzip.decompress(chunk.member.result()) for chunk in chunks] == [a, b, c]
     compressor.close()
 
 

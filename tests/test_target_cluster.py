@@ -33,6 +33,8 @@ import json
 import os
 import re
 
+pytestmark = pytest.mark.heavy  # local-cluster: a master, workers and executor JVMs per test
+
 LOG = os.environ.get("SINGERLAKE_TEST_WRITE_LOG")
 
 

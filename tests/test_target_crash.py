@@ -26,6 +26,8 @@ import pytest
 from singerlake import Lake
 from singerlake.paths import StreamPaths
 
+pytestmark = pytest.mark.heavy  # kill -9 and SIGTERM of real target processes, repeated
+
 TARGET = str(Path(sys.executable).with_name("target-singerlake"))
 TAP = "tap-crash"
 STREAMS = ("users", "orders")

@@ -32,8 +32,6 @@ from singerlake.writer import SchemaWriter
 
 log = logging.getLogger("singerlake.landing")
 
-COMMIT_THREADS = 32  # storage round trips in flight at once (lock, register, commit, release); the S3 client pools 32
-
 
 class LandingError(RuntimeError):
     """Writing or committing a batch failed; nothing of that batch is visible, earlier ones are."""
@@ -58,7 +56,8 @@ class Drain:
         self._writers_lock = threading.Lock()  # the reader opens writers, the drain looks them up
         self._published: dict[str, dict] = {}  # the catalogue entry this run last wrote per stream
         self._registered = False
-        self._pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="singerlake-commit")
+        # Opens, commits and releases of many streams: as many at once as the storage serves well.
+        self._pool = ThreadPoolExecutor(lake.storage.parallel_requests, thread_name_prefix="singerlake-commit")
         self._batches = 0
         self._records = 0
         self._started = time.monotonic()

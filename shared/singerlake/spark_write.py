@@ -29,6 +29,7 @@ from singerlake.singer_file import store
 from singerlake.storage import Storage
 
 CHUNK_BYTES = 1 << 20
+INLINE_GZIP_BYTES = 64 << 10  # smaller chunks (a short segment's tail) are gzipped at once: cheaper than a hand-off
 RESULT_SCHEMA = "segment long, first_chunk long, meta string"
 WRITE_THREADS = 8  # files an executor task stores at once (S3 puts wait on the network)
 WRITE_BACKLOG_BYTES = 64 << 20  # gzipped bytes a task holds while its files are being stored
@@ -78,6 +79,8 @@ class ChunkCompressor:
         self._max_pending = 2 * threads
 
     def chunk(self, lines: bytes | bytearray, records: int, start: int, end: int) -> Chunk:
+        if len(lines) < INLINE_GZIP_BYTES:
+            return Chunk(gzip_member(lines, self.compresslevel), len(lines), records, start, end)
         while self._pending and (self._pending[0].done() or len(self._pending) >= self._max_pending):
             self._pending.popleft().result()
         member = self._pool.submit(gzip_member, lines, self.compresslevel)
@@ -178,11 +181,16 @@ def write_partition(jobs: list[FileJob], batches: Iterator[Any]) -> Iterator[Any
     stored: list[tuple[int, int, str]] = []
     with ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="singerlake-store") as pool:
         pending: deque[tuple[Future, int]] = deque()
+        backlog = 0  # gzipped bytes of the files in ``pending``
 
         def finish(builder: _FileBuilder) -> None:
-            while pending and (pending[0][0].done() or sum(size for _, size in pending) >= WRITE_BACKLOG_BYTES):
-                stored.append(pending.popleft()[0].result())
+            nonlocal backlog
+            while pending and (pending[0][0].done() or backlog >= WRITE_BACKLOG_BYTES):
+                future, size = pending.popleft()
+                stored.append(future.result())
+                backlog -= size
             pending.append((pool.submit(builder.finish), builder.stored_bytes))
+            backlog += builder.stored_bytes
 
         builder = None
         for batch in batches:

@@ -37,6 +37,8 @@ class Storage(ABC):
     """A lake root. ``url`` is what users configured (never carries secrets)."""
 
     url: str
+    # Requests worth keeping in flight at once from one process (e.g. commits of many streams).
+    parallel_requests: int = 8
 
     @abstractmethod
     def read(self, key: str) -> Blob:

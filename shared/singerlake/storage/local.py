@@ -22,6 +22,8 @@ def _etag(data: bytes) -> str:
 
 
 class LocalStorage(Storage):
+    parallel_requests = 4  # local I/O is quick: more threads would only contend for the GIL
+
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root).expanduser().absolute()
         self.url = str(self.root)

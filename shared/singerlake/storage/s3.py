@@ -19,6 +19,8 @@ _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
 
 
 class S3Storage(Storage):
+    parallel_requests = 32  # each request waits ~10-100 ms on the network; the client pools as many connections
+
     def __init__(
         self,
         url: str,
@@ -70,7 +72,7 @@ class S3Storage(Storage):
                 aws_access_key_id=opts["access_key_id"],
                 aws_secret_access_key=opts["secret_access_key"],
                 aws_session_token=opts["session_token"],
-                config=Config(retries={"max_attempts": 8, "mode": "standard"}, max_pool_connections=32),
+                config=Config(retries={"max_attempts": 8, "mode": "standard"}, max_pool_connections=self.parallel_requests),
             )
         return self._client
 
