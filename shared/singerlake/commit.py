@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from singerlake.manifest import Manifest
 from singerlake.paths import StreamPaths, file_id_ms, iso_ms, now_ms
-from singerlake.storage import NotFound, PreconditionFailed, Storage
+from singerlake.storage import Blob, NotFound, PreconditionFailed, Storage
 
 
 class CommitConflict(Exception):
@@ -26,28 +26,35 @@ def compare_and_swap(
     *,
     timeout_s: float = 300.0,
     durable: bool = True,
-) -> bytes | None:
+    known: Blob | None = None,
+) -> Blob | None:
     """Read ``key``, compute its new bytes with ``change`` (None: leave as is), write only if unchanged.
 
     On a lost race the object is re-read and ``change`` runs again, so concurrent updates compose.
+    ``known``: the object as this process last wrote it; the first attempt starts from it without
+    reading, so when nobody wrote since, the whole swap is one conditional write. Returns the
+    object as written (or as found, when unchanged; None when it does not exist).
     """
     deadline = time.monotonic() + timeout_s
     attempt = 0
     while True:
-        try:
-            blob = storage.read(key)
-            current, etag = blob.data, blob.etag
-        except NotFound:
-            current, etag = None, None
+        if known is not None:
+            current, etag, known = known.data, known.etag, None
+        else:
+            try:
+                blob = storage.read(key)
+                current, etag = blob.data, blob.etag
+            except NotFound:
+                current, etag = None, None
         new = change(current)
         if new is None:
-            return current
+            return None if current is None else Blob(current, etag)
         try:
             if etag is None:
-                storage.write(key, new, if_none_match=True, durable=durable)
+                written = storage.write(key, new, if_none_match=True, durable=durable)
             else:
-                storage.write(key, new, if_match=etag, durable=durable)
-            return new
+                written = storage.write(key, new, if_match=etag, durable=durable)
+            return Blob(new, written)
         except PreconditionFailed:
             attempt += 1
             if time.monotonic() > deadline:
@@ -62,11 +69,13 @@ def update_manifest(
     *,
     seed: Callable[[], Manifest] | None = None,
     durable: bool = True,
+    known: Blob | None = None,
 ) -> Manifest:
     """Apply ``change`` to the stream's manifest atomically; ``change`` returning False writes nothing.
 
     ``seed`` builds the manifest when none exists yet (a rebuild from a scan, so that creating a
-    manifest never hides data files already on storage).
+    manifest never hides data files already on storage). ``known``: the ``stored`` of the manifest
+    this writer wrote last (see ``compare_and_swap``). The result's ``stored`` is what is on storage now.
     """
     source = storage.url_of(paths.manifest)
     seeded: list[Manifest] = []
@@ -86,7 +95,7 @@ def update_manifest(
             return None
         return manifest.to_bytes()
 
-    compare_and_swap(storage, paths.manifest, apply, durable=durable)
+    result[0].stored = compare_and_swap(storage, paths.manifest, apply, durable=durable, known=known)
     return result[0]
 
 
@@ -111,6 +120,7 @@ def commit_files(
     schemas: dict[str, tuple[dict, list[str]]],
     *,
     writer_id: str | None = None,
+    known: Blob | None = None,
 ) -> Manifest:
     """Make data files visible: all of ``records`` in one new commit, or none of them.
 
@@ -141,4 +151,4 @@ def commit_files(
         manifest.append_commit(new)
         return True
 
-    return update_manifest(storage, paths, change)
+    return update_manifest(storage, paths, change, known=known)

@@ -123,7 +123,7 @@ class Drain:
             self.open_writer(segment.schema).result()  # registered before any of its files is written
         files = self._write(segments) if segments else []
         written = time.monotonic()
-        files_of = {id(segment): records for segment, records in zip(segments, files, strict=True)}
+        files_of = {id(segment): segment_files for segment, segment_files in zip(segments, files, strict=True)}
         commits = [self._pool.submit(self._commit_stream, stream, items, files_of) for stream, items in job.batch.streams.items()]
         wait(commits)
         for future in commits:

@@ -10,6 +10,7 @@ from typing import Any
 from singerlake.metadata import InvalidMetadata, validate_record
 from singerlake.paths import file_id_ms, iso_ms
 from singerlake.schema_hash import is_schema_hash
+from singerlake.storage.base import Blob
 
 MANIFEST_FORMAT = "singerlake-manifest"
 SPEC_VERSION = "1.1"
@@ -26,6 +27,8 @@ class Manifest:
     activate_versions: list[dict[str, Any]] = field(default_factory=list)
     replaced: list[dict[str, Any]] = field(default_factory=list)  # files swapped out by compaction, until vacuum
     generation: str | None = None  # set when the manifest is first written; a rebuild starts a new one
+    # The bytes and etag this manifest was last read or written as (not part of the document).
+    stored: Blob | None = field(default=None, compare=False, repr=False)
 
     # -- versions ---------------------------------------------------------------------------
     def add_version(self, schema_hash: str, schema: dict, key_properties: list[str], first_seen_ms: int) -> str:

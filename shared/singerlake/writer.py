@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -46,13 +47,15 @@ class SchemaWriter:
         self.annotations = annotations
         self.compresslevel = compresslevel
         self.lock = Lock(lake.storage, self.paths.lock(self.schema_hash), lease_s=lease_s, drift_s=drift_s, wait_s=wait_s)
+        self.manifest: Manifest | None = None  # as this writer last wrote it
 
     def open(self) -> SchemaWriter:
         self.lock.acquire()
         try:
             self.lake.ensure_names(self.paths)
             storage = self.lake.storage
-            register_writer(storage, self.paths, self.schema_hash, self.lock.writer_id, seed=lambda: scan_stream(storage, self.paths))
+            seed = functools.partial(scan_stream, storage, self.paths)
+            self.manifest = register_writer(storage, self.paths, self.schema_hash, self.lock.writer_id, seed=seed)
         except BaseException:
             self.lock.release()
             raise
@@ -83,7 +86,9 @@ class SchemaWriter:
             records,
             {self.schema_hash: (self.schema, self.key_properties)},
             writer_id=self.lock.writer_id,
+            known=self.manifest.stored if self.manifest else None,  # one write when nobody else committed since
         )
+        self.manifest = manifest
         if publish:
             self.lake.publish_stream(manifest, self.annotations)
         return manifest
