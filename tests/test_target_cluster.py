@@ -24,6 +24,8 @@ import pytest
 from singerlake import Lake
 from test_target_crash import STATE_EVERY, assert_lake_complete, make_input, read_lake, run_to_end, write_config
 
+pytestmark = pytest.mark.heavy  # local-cluster: a master, workers and executor JVMs per test
+
 CLUSTER = "local-cluster[2,1,1024]"
 RECORDS = 20_000
 
@@ -32,8 +34,6 @@ WRITE_PROBE = '''
 import json
 import os
 import re
-
-pytestmark = pytest.mark.heavy  # local-cluster: a master, workers and executor JVMs per test
 
 LOG = os.environ.get("SINGERLAKE_TEST_WRITE_LOG")
 
