@@ -41,8 +41,8 @@ from singerlake.paths import (
 )
 from singerlake.scan import scan_stream
 from singerlake.schema_hash import HASH_LENGTH, encode64, is_schema_hash, schema_hash
-from singerlake.singer_file import encode, parse_time_ms, record_time_ms, summarise, write_data_file
-from singerlake.storage import LocalStorage, S3Storage
+from singerlake.singer_file import encode, parse_time_ms, record_time_ms, store, summarise, write_data_file
+from singerlake.storage import LocalStorage, PreconditionFailed, S3Storage
 
 SEGMENT = re.compile(r"^[a-z0-9_~-]+$")
 CROCKFORD = set("0123456789abcdefghjkmnpqrstvwxyz")
@@ -767,3 +767,15 @@ def test_metadata_is_rebuilt_from_data_files(storage):
     assert [f["id"] for f in after.files][:6] == [f["id"] for f in original.files]
     assert len(after.files) == 7
     assert after.versions == original.versions
+
+
+def test_storing_the_same_bytes_under_a_named_id_twice_is_a_retry_not_a_collision(storage):
+    """A Spark task retried after it stored a file writes the same bytes under the same driver-named id."""
+    paths = StreamPaths("tap", "users")
+    data = encode([b'{"type":"SCHEMA","stream":"users","schema":{},"key_properties":[]}', b'{"type":"RECORD"}'], 6)
+    file_id = new_file_id()
+    first = store(storage, paths, "4g7wqshytsad9", data, 0, 1, 1, "w", file_id)
+    assert store(storage, paths, "4g7wqshytsad9", data, 0, 1, 1, "w", file_id) == first
+    with pytest.raises(PreconditionFailed):  # other bytes under that name: a real collision, never overwritten
+        store(storage, paths, "4g7wqshytsad9", encode([b"{}"], 6), 0, 1, 1, "w", file_id)
+    assert storage.read(first["path"]).data == data

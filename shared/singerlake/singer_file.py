@@ -12,7 +12,7 @@ from typing import BinaryIO
 
 from singerlake.metadata import blake2_hex, make_record
 from singerlake.paths import StreamPaths, new_file_id, normalise_label, to_ms
-from singerlake.storage import Storage
+from singerlake.storage import PreconditionFailed, Storage
 
 DEFAULT_COMPRESSLEVEL = 6
 
@@ -117,11 +117,17 @@ def store(
 ) -> dict:
     """Write encoded data file bytes (create-only) and return the file's metadata record.
 
-    ``file_id``: named by whoever knows the record order (a new id, by default).
+    ``file_id``: named by whoever knows the record order (a new id, by default). Storing the same
+    bytes under a given id twice is fine: a retried Spark task finds its earlier attempt's file.
     """
+    retry_safe = file_id is not None
     file_id = file_id or new_file_id()
     key = paths.data_file(schema_hash, start, end, file_id)
-    storage.write(key, data, if_none_match=True)
+    try:
+        storage.write(key, data, if_none_match=True)
+    except PreconditionFailed:
+        if not retry_safe or storage.read(key).data != data:
+            raise
     return make_record(
         file_id=file_id,
         path=key,
