@@ -125,9 +125,13 @@ def test_a_warm_batch_costs_one_storage_request_per_stream(lake):
     states = listen(target, lines)
 
     assert len(states) == 2 and len(marks) == 2
+    manifests = {StreamPaths(TAP, stream_name(n)).manifest for n in range(streams)}
+    first_reads = Counter(key for method, key in counting.calls[: marks[0]] if method == "read" and key in manifests)
+    assert first_reads == {key: 1 for key in manifests}, (
+        "batch 1 reads each manifest once (to register); the catalogue comes from the commits"
+    )
     second = counting.calls[marks[0] : marks[1]]
     by_kind = Counter(method for method, _ in second)
-    manifests = {StreamPaths(TAP, stream_name(n)).manifest for n in range(streams)}
     assert by_kind == {"write": streams}, by_kind
     assert Counter(key for _, key in second) == {key: 1 for key in manifests}, "only manifests: no catalogue, lock or root I/O"
     for stream, records in sent.items():

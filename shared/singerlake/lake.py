@@ -93,13 +93,18 @@ class Lake:
         except NotFound:
             return self.rebuild_catalogue(tap_id)
 
-    def rebuild_catalogue(self, tap_id: str) -> dict[str, Any]:
-        catalogue: dict[str, Any] = {"streams": []}
+    def rebuild_catalogue(self, tap_id: str, known: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The catalogue the manifests give; ``known`` entries (by stream) are taken as they are, unread."""
+        known = known or {}
+        entries = []
         for stream in self.listed_streams(tap_id):
+            if stream in known:
+                entries.append(known[stream])
+                continue
             manifest = self.manifest(tap_id, stream)
             if manifest.versions:
-                catalogue = cat.upsert_stream(catalogue, cat.catalog_entry(manifest, self.paths(tap_id, stream).stream_dir))
-        return catalogue
+                entries.append(cat.catalog_entry(manifest, self.paths(tap_id, stream).stream_dir))
+        return cat.upsert_streams({"streams": []}, entries)
 
     def streams(self, tap_id: str) -> list[str]:
         return [entry["tap_stream_id"] for entry in self.catalogue(tap_id)["streams"]]
@@ -116,7 +121,10 @@ class Lake:
         key = catalogue_key(tap_id)
 
         def change_catalogue(current: bytes | None) -> bytes | None:
-            base = self.rebuild_catalogue(tap_id) if current is None else cat.load(current, self.storage.url_of(key), "catalogue")
+            if current is None:  # a new tap, or a lost catalogue: the other streams' manifests say the rest
+                base = self.rebuild_catalogue(tap_id, known={entry["tap_stream_id"]: entry for entry in entries})
+            else:
+                base = cat.load(current, self.storage.url_of(key), "catalogue")
             updated = cat.upsert_streams(base, entries)
             return None if current is not None and updated == base else cat.dump(updated)
 
