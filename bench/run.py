@@ -213,7 +213,7 @@ def s3_shape(rows: list[Row], work: Path, args: argparse.Namespace) -> list[Row]
     """300x200 into a fresh lake on moto S3 per run, against the local lake's row of this run."""
     source, label = streams.singer_file(streams.MANY), streams.MANY.label
     local = [row.m for row in rows if row.shape == label and row.plugin == "target-singerlake"]
-    ours = local[0] if local else ours_target(source, work / "s3-local")
+    ours = local[0] if local else best([ours_target(source, work, lake=work / "s3-local") for _ in range(args.repeat)])[0]
 
     def on_s3() -> Measurement:
         with streams.moto_s3() as settings:
