@@ -50,6 +50,10 @@ def columns(json_schema: dict) -> T.StructType:
 
 
 def register(spark) -> None:
+    """Make ``format("singerlake")`` available on ``spark``; a cluster's executors get the core shipped."""
+    from singerlake.executors import prepare_executors
+
+    prepare_executors(spark)
     spark.dataSource.register(SingerlakeDataSource)
 
 
