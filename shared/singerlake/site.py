@@ -187,10 +187,10 @@ def stream_doc(lake: Lake, tap_id: str, stream: str, now: int) -> dict:
 def verify_by_stream(result: VerifyResult, streams: list[StreamId], lake: Lake) -> tuple[dict[StreamId, dict], list[Finding]]:
     """Each stream's findings (by the path they name) and failure; findings of no stream go to the index."""
     status: dict[StreamId, dict] = {sid: {"findings": [], "failure": None} for sid in streams}
-    dirs = {lake.paths(*sid).stream_dir + "/": sid for sid in streams}
+    by_dir = {lake.paths(*sid).stream_dir: sid for sid in streams}  # raw/<tap>/<stream>
     lake_findings = []
     for finding in result.findings:
-        owner = next((sid for prefix, sid in dirs.items() if finding.path.startswith(prefix)), None)
+        owner = by_dir.get("/".join(finding.path.split("/")[:3])) if finding.path.count("/") >= 3 else None
         (status[owner]["findings"] if owner else lake_findings).append(finding)
     for failure in result.failures:
         status.setdefault((failure.tap_id, failure.stream), {"findings": [], "failure": None})["failure"] = failure.cause
