@@ -272,7 +272,8 @@ def build_site(lake: Lake, verified: VerifyResult | None = None, now: int | None
     status, lake_findings = verify_by_stream(verified, stream_ids, lake) if verified else ({}, None)
     taps = []
     for tap_id in tap_ids:
-        notes = root["taps"].get(tap_id, {})
+        notes = root["taps"].get(tap_id)
+        notes = notes if isinstance(notes, dict) else {}  # a tap only on storage, or a hand-edited entry
         streams = []
         for sid in (sid for sid in stream_ids if sid[0] == tap_id):
             stream = docs.get(sid, {"problem": cause.get(sid)})
