@@ -8,7 +8,6 @@ from singerlake.lake import Lake
 from singerlake.lock import looks_stale, read_lock
 from singerlake.manifest import Manifest
 from singerlake.paths import LOCK, iso_ms, now_ms
-from singerlake.storage import ObjectInfo
 
 
 def type_text(spec: dict) -> str:
@@ -50,11 +49,10 @@ def schema_diff(old: dict, new: dict) -> list[str]:
     return [text[c["kind"]].format(**c) for c in schema_changes(old, new)] or ["no property changes (other schema keywords differ)"]
 
 
-def stream_locks(lake: Lake, tap_id: str, stream: str, now: int | None = None, listing: list[ObjectInfo] | None = None) -> list[dict]:
-    """The stream's lock files (from ``listing`` of its directory when the caller has one)."""
+def stream_locks(lake: Lake, tap_id: str, stream: str, now: int | None = None) -> list[dict]:
     now = now_ms() if now is None else now
     found = []
-    for info in lake.storage.list(f"{lake.paths(tap_id, stream).stream_dir}/") if listing is None else listing:
+    for info in lake.storage.list(f"{lake.paths(tap_id, stream).stream_dir}/"):
         if info.key.endswith(f"/{LOCK}"):
             lock = read_lock(lake.storage, info.key)
             stale = looks_stale(lock, now)
