@@ -179,6 +179,33 @@ def cmd_locks(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_docs(args: argparse.Namespace) -> int:
+    from singerlake.site import SITE_PREFIX, VerifyResult, build_site, write_site
+    from singerlake.storage import open_storage
+
+    if not args.out and not args.publish:
+        raise ValueError("say where the site goes: --out DIR, --publish (under the lake root's docs/), or both")
+    lake = open_lake(args)
+    verified = None
+    if args.verify:
+        from singerlake.verify import verify
+
+        spark = None if args.no_hashes else start_spark(args)
+        checked: list = []
+        findings = verify(lake, spark, check_hashes=not args.no_hashes, progress=progress(args, "verify"), failures=checked)
+        verified = VerifyResult(findings, checked)
+    site = build_site(lake, verified)
+    places = []
+    if args.out:
+        write_site(site, open_storage(args.out, region=args.s3_region, profile=args.s3_profile, endpoint_url=args.s3_endpoint_url))
+        places.append(args.out)
+    if args.publish:
+        write_site(site, lake.storage, SITE_PREFIX)
+        places.append(lake.storage.url_of(SITE_PREFIX))
+    text = f"{len(site.pages)} pages ({site.streams} streams) written to {' and '.join(places)}"
+    return finish(args, {"pages": len(site.pages), "streams": site.streams, "written_to": places}, text, site.problems)
+
+
 def parser() -> argparse.ArgumentParser:
     main_parser = argparse.ArgumentParser(prog="singerlake", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = main_parser.add_subparsers(dest="command", required=True)
@@ -217,6 +244,11 @@ def parser() -> argparse.ArgumentParser:
     locks = command("locks", cmd_locks, "list locks; --break PATH --force removes one")
     locks.add_argument("--break", dest="break_lock", metavar="PATH", help="lock file to remove (as listed)")
     locks.add_argument("--force", action="store_true")
+    docs = command("docs", cmd_docs, "a static HTML site describing the lake, from its metadata")
+    docs.add_argument("--out", metavar="DIR", help="write the site into this directory (a path, file:// or s3:// URL)")
+    docs.add_argument("--publish", action="store_true", help="write the site under the lake root, in docs/")
+    docs.add_argument("--verify", action="store_true", help="add each stream's `singerlake verify` findings (hashes on Spark)")
+    docs.add_argument("--no-hashes", action="store_true", help="with --verify: compare metadata with listings only, without Spark")
     return main_parser
 
 
