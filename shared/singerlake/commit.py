@@ -72,22 +72,29 @@ def update_manifest(
     durable: bool = True,
     known: Blob | None = None,
     store: PartStore | None = None,
+    last: Manifest | None = None,
 ) -> Manifest:
     """Apply ``change`` to the stream's manifest atomically; ``change`` returning False writes nothing.
 
     ``seed`` builds the manifest when none exists yet (a rebuild from a scan, so that creating a
     manifest never hides data files already on storage). ``known``: the ``stored`` of the manifest
     this writer wrote last (see ``compare_and_swap``). ``store``: the stream's parts as already read
-    (parts never change). A tail grown past its bound is sealed into a part, written before the
-    root (SPEC.md §5, §9). The result's ``stored`` is what is on storage now.
+    (parts never change). ``last``: the manifest this writer wrote last; its root is then neither
+    read nor parsed again unless someone else wrote since. A tail grown past its bound is sealed
+    into a part, written before the root (SPEC.md §5, §9). The result's ``stored`` is what is on
+    storage now.
     """
     source = storage.url_of(paths.manifest)
+    if last is not None and last.stored is not None:
+        known, store = last.stored, store or last.store
     store = store or PartStore(storage, paths)
     seeded: list[Manifest] = []
     result: list[Manifest] = []
 
     def apply(current: bytes | None) -> bytes | None:
-        if current is not None:
+        if current is not None and last is not None and last.stored is not None and current is last.stored.data:
+            manifest = last.copy()  # the root as this process wrote it
+        elif current is not None:
             manifest = Manifest.from_bytes(current, source, store)
         else:
             if seed is not None and not seeded:
@@ -142,6 +149,7 @@ def commit_files(
     *,
     writer_id: str | None = None,
     known: Blob | None = None,
+    last: Manifest | None = None,
 ) -> Manifest:
     """Make data files visible: all of ``records`` in one new commit, or none of them.
 
@@ -149,7 +157,7 @@ def commit_files(
     ``writer_id`` the commit is fenced: it fails with CommitRejected unless that writer is still
     the registered writer of every stream-schema it touches.
     """
-    return commit_many(storage, paths, [records], schemas, writer_id=writer_id, known=known)
+    return commit_many(storage, paths, [records], schemas, writer_id=writer_id, known=known, last=last)
 
 
 def commit_many(
@@ -160,6 +168,7 @@ def commit_many(
     *,
     writer_id: str | None = None,
     known: Blob | None = None,
+    last: Manifest | None = None,
 ) -> Manifest:
     """Each batch of ``batches`` as its own commit, in order, all in one write of the root (a backfill,
     a benchmark). The manifest is exactly what committing the batches one by one would leave: each
@@ -193,4 +202,4 @@ def commit_many(
                 manifest.write_parts()
         return changed
 
-    return update_manifest(storage, paths, change, known=known)
+    return update_manifest(storage, paths, change, known=known, last=last)

@@ -8,7 +8,6 @@ stored; ``manifest.Manifest`` decides when to seal and which parts a read needs.
 from __future__ import annotations
 
 import gzip
-import json
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -174,7 +173,7 @@ def _validate_runs(entry: dict, where: str) -> None:
 
 
 def _encode(doc: Any) -> bytes:
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return msgspec.json.encode(doc)  # compact UTF-8 JSON, several times faster than json.dumps
 
 
 @dataclass(frozen=True)
