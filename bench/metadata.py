@@ -4,9 +4,10 @@
 
 Builds the stream through the core's public API: a registered writer, then ``commit_many`` (each
 file its own commit, sealed exactly as one-by-one commits would be; one root write per 10,000
-commits), data files spread over a year (synthetic: every file holds the same one record; they are hard
-links to one file, as creating a million real files takes longer than the rest together). Then measures, on the built lake: one more 1-file commit (warm, as a target's
-writer does it), planning a read from a bookmark at the end and of a one-day window, the root's
+commits), data files spread over a year (synthetic: every file holds the same one record; they
+are hard links to one file, as creating a million real files takes longer than the rest). Then
+measures, on the built lake: one more 1-file commit (warm, as a target's writer does it),
+planning a read from a bookmark at the end and of a one-day window, the root's
 size (the bytes a commit rewrites) and reading the whole manifest. ``--tap-run`` times
 tap-singerlake from that bookmark beside the same run on a one-file lake; ``--verify`` times
 ``singerlake verify --no-hashes``. The last line is JSON whose ``state`` is a tap-singerlake

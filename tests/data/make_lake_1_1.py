@@ -1,4 +1,5 @@
 """How lake-1.1/ was written: run with the 1.x code (git show <1.1 commit>:shared) on the PYTHONPATH."""
+# ruff: noqa  (a frozen script, run once against the 1.1 code)
 
 import json
 import shutil
