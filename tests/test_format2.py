@@ -130,7 +130,8 @@ def test_planned_reads_equal_whole_manifest_reads(steps, rebuild, picks):
             manifest = lake.manifest("tap", "s")
             reference = whole(manifest)
         marks = [e.position for e in StreamReplay(storage, reference).events() if isinstance(e, Reached)]
-        assert manifest.end_position() == (marks[-1].commit, marks[-1].records)
+        ends = [e.position for e in StreamReplay(storage, reference).events() if isinstance(e, Reached)]
+        assert Position(*manifest.end_position()) <= ends[-1]  # files only; an activation may sit after the last record
         for fraction, low, width in picks:
             after = marks[int(fraction * (len(marks) - 1))]
             window = Window(low * 1000, (low + width) * 1000)
@@ -241,6 +242,7 @@ def test_idempotent_retry_finds_ids_sealed_into_a_part(tmp_path, monkeypatch):
 def _load_1x_manifest_module():
     spec = importlib.util.spec_from_file_location("manifest_1_1", Path(__file__).parent / "data" / "manifest_1_1.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

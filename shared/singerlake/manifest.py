@@ -90,6 +90,9 @@ class Manifest:
 
     # -- parts -------------------------------------------------------------------------------
     def _read(self, summary: dict) -> Part:
+        for part_id, part in self._unwritten:  # staged by this change, written with the root
+            if part_id == summary["id"]:
+                return part
         if self.store is None:
             raise InvalidMetadata(f"manifest of {self.stream!r}: its parts cannot be read (no storage attached)")
         return self.store.read(summary, self.versions, self.commits)
