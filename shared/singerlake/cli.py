@@ -159,6 +159,18 @@ def cmd_project(args: argparse.Namespace) -> int:
     return finish(args, {"streams": results}, text or "no streams", failures)
 
 
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    from singerlake.upgrade import upgrade
+
+    lake = open_lake(args)
+    failures: list = []
+    upgrades = upgrade(lake, apply=args.apply, failures=failures)
+    verb = "upgraded" if args.apply else "to upgrade (dry run; --apply to convert)"
+    summary = f"{len(upgrades)} stream(s) {verb}" if upgrades else "nothing to upgrade: every manifest is 2.0"
+    text = "\n".join([*map(str, upgrades), summary])
+    return finish(args, {"applied": args.apply, "streams": [u.to_dict() for u in upgrades]}, text, failures)
+
+
 def cmd_locks(args: argparse.Namespace) -> int:
     lake = open_lake(args)
     locks = [lock for tap in lake.taps() for stream in lake.streams(tap) for lock in stream_locks(lake, tap, stream)]
@@ -241,6 +253,8 @@ def parser() -> argparse.ArgumentParser:
         cmd.add_argument("--stream", help="only this stream (with --tap)")
     sub.choices["compact"].add_argument("--target-size-mib", type=float, default=128, help="size of merged files (default 128)")
     sub.choices["project"].add_argument("--formats", default="parquet,csv", help="published formats (default parquet,csv)")
+    upgrade = command("upgrade", cmd_upgrade, "convert 1.x manifests to lake format 2.0 in place (dry run by default)")
+    upgrade.add_argument("--apply", action="store_true")
     locks = command("locks", cmd_locks, "list locks; --break PATH --force removes one")
     locks.add_argument("--break", dest="break_lock", metavar="PATH", help="lock file to remove (as listed)")
     locks.add_argument("--force", action="store_true")

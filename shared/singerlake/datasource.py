@@ -31,7 +31,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from singerlake.catalogue import replay_schema
 from singerlake.lake import Lake
 from singerlake.manifest import Manifest
-from singerlake.replay import Position, already_replayed, check_bookmark, file_runs, open_verified
+from singerlake.parts import entry_runs
+from singerlake.replay import Position, already_replayed, check_bookmark, open_verified
 from singerlake.singer_file import record_time_ms
 from singerlake.spark_schema import row_converter, struct_type
 from singerlake.storage import S3_OPTIONS, Storage
@@ -107,7 +108,8 @@ def plan_files(manifest: Manifest, hashes: set[str], after: Position | None, unt
     in replay order: ``{"entry", "runs", "skip", "version"}`` (``skip``: records read already)."""
     labels = {h: info["version"] for h, info in manifest.versions.items()}
     files = []
-    for entry, runs in file_runs(manifest):
+    planned = manifest.plan(after.commit if after else None, until_commit=until)  # only the parts it needs
+    for entry, runs in entry_runs(planned.files):
         skip = already_replayed(runs, after)
         if entry["schema_hash"] in hashes and runs[0].commit <= until and skip < entry["records"]:
             runs_doc = [[r.commit, r.first, r.records] for r in runs]

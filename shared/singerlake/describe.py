@@ -70,29 +70,31 @@ def stream_locks(lake: Lake, tap_id: str, stream: str, now: int | None = None) -
 
 
 def describe_stream(lake: Lake, tap_id: str, stream: str, manifest: Manifest) -> dict:
+    """From the manifest's root alone: part summaries and the tail (no part is read)."""
+    summary = manifest.summary()
     by_version = sorted(manifest.versions.items(), key=lambda item: int(item[1]["version"][1:]))
     versions = []
     for index, (schema_hash, info) in enumerate(by_version):
-        files = [f for f in manifest.files if f["schema_hash"] == schema_hash]
+        files, records, _ = summary["versions"][schema_hash]
         versions.append(
             {
                 "version": info["version"],
                 "schema_hash": schema_hash,
                 "first_seen": info["first_seen"],
-                "files": len(files),
-                "records": sum(f["records"] for f in files),
+                "files": files,
+                "records": records,
                 "changes": schema_diff(by_version[index - 1][1], info) if index else [],
             }
         )
-    files = manifest.files
+    totals = [sum(counts[i] for counts in summary["versions"].values()) for i in range(3)]
     return {
         "versions": versions,
-        "files": len(files),
-        "records": sum(f["records"] for f in files),
-        "bytes": sum(f["size"] for f in files),
+        "files": totals[0],
+        "records": totals[1],
+        "bytes": totals[2],
         "commits": manifest.commits,
-        "start": iso_ms(min(f["start"] for f in files)) if files else None,
-        "end": iso_ms(max(f["end"] for f in files)) if files else None,
+        "start": iso_ms(summary["start"]) if summary["start"] is not None else None,
+        "end": iso_ms(summary["end"]) if summary["end"] is not None else None,
         "locks": stream_locks(lake, tap_id, stream),
     }
 

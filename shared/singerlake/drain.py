@@ -208,9 +208,7 @@ class Drain:
 
     def _record_activation(self, stream: str, item: ActivateVersion) -> Manifest:
         def change(manifest: Manifest) -> None:
-            manifest.activate_versions.append(
-                {"version": item.version, "after_commit": manifest.commits, "received": iso_ms(item.received_ms)}
-            )
+            manifest.add_activation(item.version, iso_ms(item.received_ms))
 
         return self.lake.update_manifest(self.lake.paths(self.settings.tap_id, stream), change)
 

@@ -42,7 +42,7 @@ from singerlake.jobs import Failures, Progress, StreamFailure, for_each_stream, 
 from singerlake.lake import Lake
 from singerlake.manifest import Manifest
 from singerlake.paths import encode_segment, iso_ms, new_file_id, now_ms
-from singerlake.replay import Position, check_bookmark, end_of, file_runs
+from singerlake.replay import Position, check_bookmark
 from singerlake.spark_schema import arrow_schema
 from singerlake.storage import NotFound, Storage
 
@@ -234,8 +234,7 @@ def plan_stream(lake: Lake, tap_id: str, stream: str) -> StreamPlan:
     except NotFound:
         processed = None
     manifest = lake.manifest(tap_id, stream)
-    ends = [end_of(runs, manifest.generation) for _, runs in file_runs(manifest)]
-    end = max(ends, default=Position(0, 0, manifest.generation))
+    end = Position(*manifest.end_position(), manifest.generation)
     after = Position.from_bookmark(processed["position"], stream) if processed else None
     check_bookmark(after, manifest)
     run = f"{iso_ms(now_ms()).replace(':', '').replace('-', '')}-{new_file_id()[:12]}"

@@ -1,9 +1,10 @@
 """``singerlake vacuum``: delete data files no reader needs any more, once older than the retention.
 
 Three kinds qualify: temp files of writes a crash interrupted (local storage); orphans (on
-storage, in no manifest: a crashed or failed writer's files), aged by their storage time; and
-files compaction replaced (the manifest's ``replaced``), aged from the replacement, so readers
-holding the older manifest keep working for the retention period. A file the current manifest
+storage, in no manifest: a crashed or failed writer's files, parts of a lost seal), aged by their
+storage time; and files compaction replaced, i.e. listed by a part superseded longer ago than the
+retention and by nothing more recent (then that part too), so readers holding an older root keep
+working for the retention period (SPEC.md §12). A file the current manifest
 references is never deleted: the manifest is read again right before deleting. Dry-run unless
 ``apply``.
 """
@@ -16,7 +17,7 @@ from singerlake.lake import Lake
 from singerlake.manifest import Manifest
 from singerlake.paths import DATA_SUFFIX, StreamPaths, iso_ms, now_ms
 from singerlake.singer_file import parse_time_ms
-from singerlake.verify import read_manifest, stream_listing
+from singerlake.verify import is_part_key, read_manifest, stream_listing
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600
 
@@ -51,43 +52,60 @@ def vacuum_stream(lake: Lake, paths: StreamPaths, retention_s: float, apply: boo
         return []  # without a manifest every file looks unreferenced: never guess, repair first
     cutoff = now - retention_s * 1000
     listing = stream_listing(lake.storage, paths)
-    referenced = {e["path"] for e in manifest.files}
-    replaced = {r["path"]: r for r in manifest.replaced}
+    expired = [g for g in manifest.superseded if _ms(g["superseded_at"], now) <= cutoff]
+    recent = [g for g in manifest.superseded if g not in expired]
+    # Files a reader may still need: the current manifest's, and those of parts superseded within the retention.
+    keep = {e["path"] for e in manifest.files} | {e["path"] for g in recent for e in manifest.superseded_files(g)}
+    keep |= {r["path"] for r in manifest.replaced if _ms(r["replaced_at"], now) > cutoff}
+    replaced = {e["path"]: g["superseded_at"] for g in reversed(expired) for e in manifest.superseded_files(g)}
+    replaced.update({r["path"]: r["replaced_at"] for r in manifest.replaced})
+    keep_parts = {paths.part(s["id"]) for s in manifest.parts + recent}
+    expired_parts = {paths.part(g["id"]): g["superseded_at"] for g in expired}
     chosen = []
     for path, info in listing.items():
-        if not path.endswith(DATA_SUFFIX) or path in referenced:
-            continue
-        if path in replaced:
-            when = parse_time_ms(replaced[path]["replaced_at"]) or now
-            reason = f"replaced by compaction at {replaced[path]['replaced_at']}"
-        else:
-            when = int(info.mtime * 1000)
-            reason = f"orphan written {iso_ms(when)}"
-        if when <= cutoff:
-            chosen.append(Deletion(path, reason, info.size))
+        written = int(info.mtime * 1000)
+        if path.endswith(DATA_SUFFIX) and path not in keep:
+            if path in replaced:
+                chosen.append(Deletion(path, f"replaced by compaction at {replaced[path]}", info.size))
+            elif written <= cutoff:
+                chosen.append(Deletion(path, f"orphan written {iso_ms(written)}", info.size))
+        elif is_part_key(paths, path) and path not in keep_parts:
+            if path in expired_parts:
+                chosen.append(Deletion(path, f"manifest part superseded by compaction at {expired_parts[path]}", info.size))
+            elif written <= cutoff:
+                chosen.append(Deletion(path, f"orphan manifest part written {iso_ms(written)}", info.size))
     for info in lake.storage.leftovers(f"{paths.stream_dir}/"):
         if info.mtime * 1000 <= cutoff:
             chosen.append(Deletion(info.key, f"partial write left by a crash at {iso_ms(int(info.mtime * 1000))}", info.size))
-    if apply and chosen:
-        chosen = _delete(lake, paths, chosen)
+    if apply and (chosen or expired):
+        chosen = _delete(lake, paths, chosen, {g["id"] for g in expired})
     return chosen
 
 
-def _delete(lake: Lake, paths: StreamPaths, chosen: list[Deletion]) -> list[Deletion]:
+def _ms(timestamp: str, default: int) -> int:
+    found = parse_time_ms(timestamp)
+    return default if found is None else found
+
+
+def _delete(lake: Lake, paths: StreamPaths, chosen: list[Deletion], expired: set[str]) -> list[Deletion]:
+    """Delete data files, then parts, that the manifest (read again now) does not reference; then drop
+    the expired ``superseded`` entries and the deleted ``replaced`` entries from the root."""
     fresh, _ = read_manifest(lake, paths)
-    still_referenced = {e["path"] for e in fresh.files} if fresh else {d.path for d in chosen}
+    if fresh is None:
+        return []
+    still_referenced = {e["path"] for e in fresh.files} | {paths.part(s["id"]) for s in fresh.parts}
     deleted = [d for d in chosen if d.path not in still_referenced]
-    for deletion in deleted:
+    for deletion in sorted(deleted, key=lambda d: is_part_key(paths, d.path)):  # data files first, then parts
         lake.storage.delete(deletion.path)
     gone = {d.path for d in deleted}
 
     def forget(manifest: Manifest) -> bool:
-        kept = [r for r in manifest.replaced if r["path"] not in gone]
-        changed = len(kept) != len(manifest.replaced)
-        manifest.replaced = kept
-        return changed
+        before = (len(manifest.superseded), len(manifest.replaced))
+        manifest.superseded = [g for g in manifest.superseded if g["id"] not in expired]
+        manifest.replaced = [r for r in manifest.replaced if r["path"] not in gone]
+        return (len(manifest.superseded), len(manifest.replaced)) != before
 
-    lake.update_manifest(paths, forget)
+    lake.update_manifest(paths, forget, store=fresh.store)
     return deleted
 
 
