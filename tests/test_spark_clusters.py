@@ -243,12 +243,19 @@ def read_with_datasource(lake_config: dict, where: dict) -> dict[str, int]:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def land_replay_and_run_jobs(lake_config: dict, where: dict, cli_where: list[str], small_input, tmp_path: Path) -> float:
-    """Land on the cluster, replay, then every lake job on the same cluster; returns the landing's wall time."""
+def land_replay_and_run_jobs(
+    lake_config: dict, where: dict, cli_where: list[str], small_input, tmp_path: Path, executor_python: Path
+) -> tuple[float, list[str]]:
+    """Land on the cluster, replay, then every lake job on the same cluster.
+
+    Returns the landing's wall time and what started the executor Python during the landing.
+    """
     config = write_config(tmp_path, "target", **lake_config, **where, batch_max_rows=2_500)
+    (executor_python.parent / "started.log").unlink(missing_ok=True)
     started = time.monotonic()
     run = run_to_end(config, small_input.lines, tmp_path, "cluster-landing", driver_env())
     landing_s = time.monotonic() - started
+    landing_starters = started_under_executors(executor_python)
     assert run.states() == small_input.states, "every STATE, in order, after its records were committed"
     lake = Lake.open(
         lake_config["lake_root"], **{k: lake_config[f"s3_{k}"] for k in ("endpoint_url", "access_key_id", "secret_access_key", "region")}
@@ -269,27 +276,27 @@ def land_replay_and_run_jobs(lake_config: dict, where: dict, cli_where: list[str
         manifest = compacted.manifest(TAP, stream)
         assert len(manifest.files) == 1, f"{stream}: compact on the cluster merged every file into one"
     assert replayed(lake_config, tmp_path) == expected_records(small_input), "after compaction the replay is unchanged"
-    return landing_s
+    return landing_s, landing_starters
 
 
 def test_standalone_cluster_lands_replays_and_runs_every_lake_job(standalone, executor_python, small_input, s3_root, tmp_path):
     lake_config = {k: v for k, v in s3_lake_at(s3_root).config.items() if k != "tap_id"}
     where = {"spark_master": standalone, "spark_conf": {"spark.pyspark.python": str(executor_python), "spark.executor.memory": "512m"}}
     cli_where = ["--spark-master", standalone, "--spark-conf", f"spark.pyspark.python={executor_python}"]
-    landing_s = land_replay_and_run_jobs(lake_config, where, cli_where, small_input, tmp_path)
+    landing_s, starters = land_replay_and_run_jobs(lake_config, where, cli_where, small_input, tmp_path, executor_python)
     print(f"landing of {RECORDS:,} records on a standalone cluster (2 workers): {landing_s:.1f}s")
-    parents = started_under_executors(executor_python)
-    assert parents, "the executors never started their Python"
-    assert all("CoarseGrainedExecutorBackend" in parent for parent in parents), parents[:3]
+    # Only executors run Python during a landing: the data files are written there, by the shipped core.
+    assert starters, "the executors never started their Python"
+    assert all("CoarseGrainedExecutorBackend" in parent for parent in starters), starters[:3]
 
 
 def test_spark_connect_lands_replays_and_runs_every_lake_job(connect_server, executor_python, small_input, s3_root, tmp_path):
     lake_config = {k: v for k, v in s3_lake_at(s3_root).config.items() if k != "tap_id"}
-    landing_s = land_replay_and_run_jobs(
-        lake_config, {"spark_remote": connect_server}, ["--spark-remote", connect_server], small_input, tmp_path
+    landing_s, starters = land_replay_and_run_jobs(
+        lake_config, {"spark_remote": connect_server}, ["--spark-remote", connect_server], small_input, tmp_path, executor_python
     )
     print(f"landing of {RECORDS:,} records over Spark Connect (server on local[2]): {landing_s:.1f}s")
-    assert started_under_executors(executor_python), "the Connect server's executors never started their Python"
+    assert starters, "the Connect server's executors never started their Python"
 
 
 def test_executors_missing_a_library_fail_before_any_input_is_read(standalone, small_input, s3_root, tmp_path):
