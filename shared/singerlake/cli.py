@@ -1,7 +1,7 @@
 """The ``singerlake`` command: lake jobs. Every command takes the lake root first.
 
 S3 roots use the standard AWS configuration (environment, profile) plus --s3-* options.
-Jobs that read many files (verify, repair, compact, project) run on Spark (--spark-master, default
+Jobs that read many files (verify, repair, compact, project) and sql run on Spark (--spark-master, default
 local[*]): one Spark job for all the streams they cover (project: plus a few per stream over
 64 MiB). A stream that fails does not stop the others: each failed stream is reported on stderr,
 one line naming its tap, its stream and the cause, and in --json output under "failures".
@@ -128,8 +128,20 @@ def cmd_project(args: argparse.Namespace) -> int:
     results = project(
         lake, start_spark(args), args.tap, args.stream, formats=formats, progress=progress(args, "project"), failures=failures
     )
-    text = "\n".join(f"{r['stream']}: {r['new_records']:,} new records, {r['rows']:,} current rows -> {r['staging']}" for r in results)
+    text = "\n".join(
+        f"{r['stream']}: {r['new_records']:,} new records, {r['rows']:,} current rows -> {r['table']} (version {r['version']})"
+        for r in results
+    )
     return finish(args, {"streams": results}, text or "no streams", failures)
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from singerlake.sql import as_csv, as_json, as_table, run_query
+
+    lake = open_lake(args)
+    columns, rows = run_query(lake, start_spark(args), args.query, tap_id=args.tap, raw=args.raw)
+    print((as_csv if args.csv else as_json if args.json else as_table)(columns, rows))
+    return 0
 
 
 def cmd_locks(args: argparse.Namespace) -> int:
@@ -183,7 +195,14 @@ def parser() -> argparse.ArgumentParser:
         cmd.add_argument("--tap", help="only this tap")
         cmd.add_argument("--stream", help="only this stream (with --tap)")
     sub.choices["compact"].add_argument("--target-size-mib", type=float, default=128, help="size of merged files (default 128)")
-    sub.choices["project"].add_argument("--formats", default="parquet,csv", help="published formats (default parquet,csv)")
+    sub.choices["project"].add_argument(
+        "--formats", default="delta", help="delta (always) and optionally csv: a CSV twin of each published file (default delta)"
+    )
+    sql = command("sql", cmd_sql, "Spark SQL over a tap's streams: each a view of its current rows (--raw: every record)")
+    sql.add_argument("query", help="a Spark SQL query; stream names as views, quoted with backticks where needed")
+    sql.add_argument("--tap", help="the tap whose streams are the views (required when the lake has several)")
+    sql.add_argument("--raw", action="store_true", help="views of every landed record with its position columns")
+    sql.add_argument("--csv", action="store_true", help="CSV output: a header row, then the rows")
     locks = command("locks", cmd_locks, "list locks; --break PATH --force removes one")
     locks.add_argument("--break", dest="break_lock", metavar="PATH", help="lock file to remove (as listed)")
     locks.add_argument("--force", action="store_true")
