@@ -92,7 +92,8 @@ class Postgres:
         return self.run("psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-At", "-v", "ON_ERROR_STOP=1", input=sql).stdout
 
     def stop(self) -> None:
-        subprocess.run([*self.as_user, str(self.bindir / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "fast", "stop"], capture_output=True)
+        stop = [*self.as_user, str(self.bindir / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "fast", "stop"]
+        subprocess.run(stop, capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -118,13 +119,13 @@ def test_a_postgres_table_comes_back_exact_in_the_published_delta_table(postgres
         pytest.skip("tap-postgres is not installed: ./dev tools installs meltanolabs-tap-postgres into its own venv")
     postgres.psql(TABLE)
     tap_config, target_config, lake = tmp_path / "tap.json", tmp_path / "target.json", tmp_path / "lake"
-    tap_config.write_text(json.dumps({"host": "127.0.0.1", "port": postgres.port, "user": "postgres", "password": "-", "database": "postgres"}))
+    source = {"host": "127.0.0.1", "port": postgres.port, "user": "postgres", "password": "-", "database": "postgres"}
+    tap_config.write_text(json.dumps(source))
     target_config.write_text(json.dumps({"lake_root": str(lake), "tap_id": "tap-postgres"}))
     env = {k: v for k, v in os.environ.items() if k != "MELTANO_EXTRACTOR_NAME"}
     with subprocess.Popen([str(tap), "--config", str(tap_config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as extract:
-        landed = subprocess.run(
-            [str(BIN / "target-singerlake"), "--config", str(target_config)], stdin=extract.stdout, capture_output=True, timeout=600, env=env
-        )
+        target = [str(BIN / "target-singerlake"), "--config", str(target_config)]
+        landed = subprocess.run(target, stdin=extract.stdout, capture_output=True, timeout=600, env=env)
         extract.stdout.close()
         tap_errors = extract.stderr.read().decode()[-2000:]
     assert extract.returncode == 0, tap_errors
