@@ -84,14 +84,14 @@ def need_of(schema: dict, value: Any) -> Need:
         properties = schema["properties"]
         if not isinstance(value, dict) or not set(value) <= set(properties):
             return "json"
-        return {"struct": {name: need_of(properties[name], value.get(name)) for name in properties}}
+        return _nested({"struct": {name: need_of(properties[name], value.get(name)) for name in properties}})
     if kind == "list":
         if not isinstance(value, list):
             return "json"
         item: Need = None
         for element in value:
             item = join(item, need_of(schema["items"], element))
-        return {"list": item}
+        return _nested({"list": item})
     return "json"
 
 
@@ -131,10 +131,16 @@ def join(a: Need, b: Need) -> Need:
         return _decimal(max(numbers[0][1], numbers[1][1]), max(numbers[0][2], numbers[1][2]))
     if isinstance(a, dict) and isinstance(b, dict):
         if "struct" in a and "struct" in b:
-            return {"struct": {name: join(a["struct"].get(name), b["struct"].get(name)) for name in a["struct"] | b["struct"]}}
+            return _nested({"struct": {name: join(a["struct"].get(name), b["struct"].get(name)) for name in a["struct"] | b["struct"]}})
         if "list" in a and "list" in b:
-            return {"list": join(a["list"], b["list"])}
+            return _nested({"list": join(a["list"], b["list"])})
     return "json"
+
+
+def _nested(need: dict) -> Need:
+    """A struct or list with a JSON-text part is JSON text whole: only a column's own metadata can say so."""
+    parts = need["struct"].values() if "struct" in need else [need["list"]]
+    return "json" if "json" in parts else need
 
 
 def join_all(needs: list[dict[str, Need]]) -> dict[str, Need]:
@@ -151,7 +157,7 @@ def column_type(schema: dict, need: Need):
     import pyarrow as pa
 
     kind = declared(schema)
-    if need == "json" or kind == "json":
+    if is_json(schema, need):
         return pa.string()
     if kind in ("integer", "number"):
         if need == "long" or (need is None and kind == "integer"):
@@ -166,8 +172,16 @@ def column_type(schema: dict, need: Need):
     return {"bool": pa.bool_(), "string": pa.string(), "timestamp": pa.timestamp("us", tz="UTC"), "date": pa.date32()}[kind]
 
 
+def holds_json(schema: dict) -> bool:
+    """Whether the declared schema has JSON text anywhere (then the whole column is JSON text)."""
+    kind = declared(schema)
+    if kind == "struct":
+        return any(holds_json(spec) for spec in schema["properties"].values())
+    return holds_json(schema["items"]) if kind == "list" else kind == "json"
+
+
 def is_json(schema: dict, need: Need) -> bool:
-    return need == "json" or declared(schema) == "json"
+    return need == "json" or holds_json(schema)
 
 
 def field(name: str, schema: dict, need: Need):
