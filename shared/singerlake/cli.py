@@ -1,10 +1,10 @@
 """The ``singerlake`` command: lake jobs. Every command takes the lake root first.
 
 S3 roots use the standard AWS configuration (environment, profile) plus --s3-* options.
-Jobs that read many files (verify, repair, compact, project) run on Spark: local[*] by default,
-a cluster with --spark-master, Spark Connect with --spark-remote sc://... (or $SPARK_REMOTE), more
-settings with --spark-conf KEY=VALUE. One Spark job covers all the streams they work on (project:
-plus a few per stream over 64 MiB). A stream that fails does not stop the others: each failed stream is reported on stderr,
+Jobs that read many files (verify, repair, compact, project) and sql run on Spark: local[*] by
+default, a cluster with --spark-master, Spark Connect with --spark-remote sc://... (or $SPARK_REMOTE),
+more settings with --spark-conf KEY=VALUE. One Spark job covers all the streams they work on
+(project: plus a few per stream over 64 MiB). A stream that fails does not stop the others: each failed stream is reported on stderr,
 one line naming its tap, its stream and the cause, and in --json output under "failures".
 
 Exit codes: 0 success (verify: clean); 1 verify found problems, or some streams failed (the
@@ -155,7 +155,10 @@ def cmd_project(args: argparse.Namespace) -> int:
     results = project(
         lake, start_spark(args), args.tap, args.stream, formats=formats, progress=progress(args, "project"), failures=failures
     )
-    text = "\n".join(f"{r['stream']}: {r['new_records']:,} new records, {r['rows']:,} current rows -> {r['staging']}" for r in results)
+    text = "\n".join(
+        f"{r['stream']}: {r['new_records']:,} new records, {r['rows']:,} current rows -> {r['table']} (version {r['version']})"
+        for r in results
+    )
     return finish(args, {"streams": results}, text or "no streams", failures)
 
 
@@ -169,6 +172,15 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     summary = f"{len(upgrades)} stream(s) {verb}" if upgrades else "nothing to upgrade: every manifest is 2.0"
     text = "\n".join([*map(str, upgrades), summary])
     return finish(args, {"applied": args.apply, "streams": [u.to_dict() for u in upgrades]}, text, failures)
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from singerlake.sql import as_csv, as_json, as_table, run_query
+
+    lake = open_lake(args)
+    columns, rows = run_query(lake, start_spark(args), args.query, tap_id=args.tap, raw=args.raw)
+    print((as_csv if args.csv else as_json if args.json else as_table)(columns, rows))
+    return 0
 
 
 def cmd_locks(args: argparse.Namespace) -> int:
@@ -252,13 +264,22 @@ def parser() -> argparse.ArgumentParser:
         cmd.add_argument("--tap", help="only this tap")
         cmd.add_argument("--stream", help="only this stream (with --tap)")
     sub.choices["compact"].add_argument("--target-size-mib", type=float, default=128, help="size of merged files (default 128)")
-    sub.choices["project"].add_argument("--formats", default="parquet,csv", help="published formats (default parquet,csv)")
+    sub.choices["project"].add_argument(
+        "--formats", default="delta", help="delta (always) and optionally csv: a CSV twin of each published file (default delta)"
+    )
+    sql = command(
+        "sql", cmd_sql, "Spark SQL over a tap's streams: each a view of its current rows (--raw: every record)", spark=True
+    )
+    sql.add_argument("query", help="a Spark SQL query; stream names as views, quoted with backticks where needed")
+    sql.add_argument("--tap", help="the tap whose streams are the views (required when the lake has several)")
+    sql.add_argument("--raw", action="store_true", help="views of every landed record with its position columns")
+    sql.add_argument("--csv", action="store_true", help="CSV output: a header row, then the rows")
     upgrade = command("upgrade", cmd_upgrade, "convert 1.x manifests to lake format 2.0 in place (dry run by default)")
     upgrade.add_argument("--apply", action="store_true")
     locks = command("locks", cmd_locks, "list locks; --break PATH --force removes one")
     locks.add_argument("--break", dest="break_lock", metavar="PATH", help="lock file to remove (as listed)")
     locks.add_argument("--force", action="store_true")
-    docs = command("docs", cmd_docs, "a static HTML site describing the lake, from its metadata")
+    docs = command("docs", cmd_docs, "a static HTML site describing the lake, from its metadata", spark=True)
     docs.add_argument("--out", metavar="DIR", help="write the site into this directory (a path, file:// or s3:// URL)")
     docs.add_argument("--publish", action="store_true", help="write the site under the lake root, in docs/")
     docs.add_argument("--verify", action="store_true", help="add each stream's `singerlake verify` findings (hashes on Spark)")

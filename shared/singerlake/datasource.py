@@ -29,6 +29,7 @@ from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from singerlake.catalogue import replay_schema
+from singerlake.exact import decode
 from singerlake.lake import Lake
 from singerlake.manifest import Manifest
 from singerlake.parts import entry_runs
@@ -128,7 +129,7 @@ def file_rows(storage: Storage, schema: T.StructType, file: dict) -> Iterator[tu
         for index, line in enumerate(unzipped):
             if index < file["skip"]:
                 continue
-            message = json.loads(line)
+            message = decode(line)
             ms = record_time_ms(message, None)  # SPEC.md §1; None: the record has no time of its own
             time = None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
             commit, position = positions[index]

@@ -7,15 +7,21 @@ retention and by nothing more recent (then that part too), so readers holding an
 working for the retention period (SPEC.md §12). A file the current manifest
 references is never deleted: the manifest is read again right before deleting. Dry-run unless
 ``apply``.
+
+Projections (SPEC.md §12): delta-rs's own vacuum deletes the table's files removed more than the
+retention ago (and files no version references); staging parts and CSV twins the latest commit
+does not reference go once older than the retention.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from singerlake import delta
 from singerlake.lake import Lake
 from singerlake.manifest import Manifest
-from singerlake.paths import DATA_SUFFIX, StreamPaths, iso_ms, now_ms
+from singerlake.paths import DATA_SUFFIX, StreamPaths, encode_segment, iso_ms, now_ms
 from singerlake.singer_file import parse_time_ms
 from singerlake.verify import is_part_key, read_manifest, stream_listing
 
@@ -116,4 +122,30 @@ def vacuum(lake: Lake, retention_s: float = DEFAULT_RETENTION_S, apply: bool = F
     for tap_id in lake.listed_taps():
         for stream in lake.listed_streams(tap_id):
             found += vacuum_stream(lake, lake.paths(tap_id, stream), retention_s, apply, now)
+            found += vacuum_projection(lake, tap_id, stream, retention_s, apply, now)
     return found
+
+
+def vacuum_projection(lake: Lake, tap_id: str, stream: str, retention_s: float, apply: bool, now: int) -> list[Deletion]:
+    key = delta.table_key(tap_id, stream)
+    if not lake.storage.exists(f"{key}/_delta_log/00000000000000000000.json"):
+        return []  # never projected (or only by an older version): nothing to tell current from old
+    published = delta.latest(lake.storage, key)
+    if published.state is None:
+        return []
+    sizes = {info.key: info.size for info in lake.storage.list(f"{key}/")}
+    removed = published.table.vacuum(
+        retention_hours=math.ceil(retention_s / 3600), dry_run=not apply, enforce_retention_duration=False, full=True
+    )
+    reason = "no longer in the Delta table's retained versions"
+    chosen = [Deletion(f"{key}/{path}", reason, sizes.get(f"{key}/{path}", 0)) for path in removed]
+    parts = published.state["parts"]
+    current = {part["staging"] for part in parts} | {part["csv"] for part in parts if "csv" in part}
+    cutoff = now - retention_s * 1000
+    staging = f"staging/{encode_segment(tap_id)}/{encode_segment(stream)}/"
+    for info in [*lake.storage.list(staging), *lake.storage.list(f"{key}/_csv/")]:
+        if info.key not in current and info.mtime * 1000 <= cutoff:
+            chosen.append(Deletion(info.key, "staging part or CSV no longer current", info.size))
+            if apply:
+                lake.storage.delete(info.key)
+    return chosen
