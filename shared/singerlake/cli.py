@@ -267,9 +267,7 @@ def parser() -> argparse.ArgumentParser:
     sub.choices["project"].add_argument(
         "--formats", default="delta", help="delta (always) and optionally csv: a CSV twin of each published file (default delta)"
     )
-    sql = command(
-        "sql", cmd_sql, "Spark SQL over a tap's streams: each a view of its current rows (--raw: every record)", spark=True
-    )
+    sql = command("sql", cmd_sql, "Spark SQL over a tap's streams: each a view of its current rows (--raw: every record)", spark=True)
     sql.add_argument("query", help="a Spark SQL query; stream names as views, quoted with backticks where needed")
     sql.add_argument("--tap", help="the tap whose streams are the views (required when the lake has several)")
     sql.add_argument("--raw", action="store_true", help="views of every landed record with its position columns")
