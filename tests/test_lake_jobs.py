@@ -54,6 +54,9 @@ def local_lake_in(directory: Path) -> LakeUnderTest:
     return local_lake_at(directory)
 
 
+SPARK_COMMANDS = {"verify", "repair", "compact", "project", "sql", "docs"}
+
+
 def run_cli(lake: LakeUnderTest, *args: str, master: str = "local[2]") -> subprocess.CompletedProcess:
     env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true"}
     extra = []
@@ -61,7 +64,8 @@ def run_cli(lake: LakeUnderTest, *args: str, master: str = "local[2]") -> subpro
         options = lake.storage.open_options()
         env.update(AWS_ACCESS_KEY_ID=options["access_key_id"], AWS_SECRET_ACCESS_KEY=options["secret_access_key"])
         extra = ["--s3-endpoint-url", options["endpoint_url"], "--s3-region", options["region"]]
-    command = [CLI, args[0], lake.config["lake_root"], *extra, "--spark-master", master, *args[1:]]
+    spark = ["--spark-master", master] if args[0] in SPARK_COMMANDS else []  # the others take no Spark options
+    command = [CLI, args[0], lake.config["lake_root"], *extra, *spark, *args[1:]]
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
 
 

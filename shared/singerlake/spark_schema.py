@@ -53,8 +53,27 @@ def spark_type(schema: dict) -> T.DataType:
     return T.StringType()
 
 
+def is_json_text(schema: dict) -> bool:
+    """Whether ``spark_type`` keeps this schema's values as JSON text (a string column either way)."""
+    kinds = _kinds(schema)
+    if len(kinds) != 1 or "anyOf" in schema or "oneOf" in schema:
+        return True
+    return kinds[0] not in ("integer", "number", "boolean", "string") and not (
+        (kinds[0] == "object" and schema.get("properties")) or (kinds[0] == "array" and isinstance(schema.get("items"), dict))
+    )
+
+
 def struct_type(schema: dict) -> T.StructType:
-    return T.StructType([T.StructField(name, spark_type(spec)) for name, spec in schema.get("properties", {}).items()])
+    """The properties as fields; a JSON-text one is marked in its metadata (``JSON_TEXT``)."""
+    return T.StructType(
+        [
+            T.StructField(name, spark_type(spec), metadata=JSON_TEXT if is_json_text(spec) else None)
+            for name, spec in schema.get("properties", {}).items()
+        ]
+    )
+
+
+JSON_TEXT = {"singerlake.json": "true", "comment": "JSON text"}
 
 
 def _timestamp(value: Any) -> datetime | None:
@@ -78,7 +97,12 @@ def _json_text(value: Any) -> str | None:
     return None if value is None else json_text(value)
 
 
-def converter(data_type: T.DataType) -> Callable[[Any], Any]:
+def _string(value: Any) -> str | None:
+    """A declared string as it is; anything else a producer sent in its place as JSON text."""
+    return value if isinstance(value, str) or value is None else json_text(value)
+
+
+def converter(data_type: T.DataType, json_column: bool = False) -> Callable[[Any], Any]:
     """A function turning a decoded JSON value into a value Spark accepts for ``data_type``."""
     if isinstance(data_type, T.LongType):
         return lambda v: v if type(v) is int and INT64[0] <= v <= INT64[1] else None
@@ -95,11 +119,11 @@ def converter(data_type: T.DataType) -> Callable[[Any], Any]:
     if isinstance(data_type, T.ArrayType):
         item = converter(data_type.elementType)
         return lambda v: [item(x) for x in v] if isinstance(v, list) else None
-    return _json_text
+    return _json_text if json_column else _string
 
 
 def row_converter(struct: T.StructType) -> Callable[[Any], tuple | None]:
-    fields = [(field.name, converter(field.dataType)) for field in struct.fields]
+    fields = [(field.name, converter(field.dataType, field.metadata.get("singerlake.json") == "true")) for field in struct.fields]
     return lambda v: tuple(convert(v.get(name)) for name, convert in fields) if isinstance(v, dict) else None
 
 
