@@ -501,7 +501,7 @@ def test_sigterm_commits_what_was_read_emits_its_state_and_exits_zero(singer_inp
     "settings, reason",
     [
         ({"spark_conf": {"spark.driver.memory": "1k"}}, "heap"),
-        ({"spark_master": "nonsense://x"}, "Master must"),
+        ({"spark_master": "nonsense://x", "lake_root_shared": True}, "Master must"),
     ],
     ids=["driver-memory-1k", "bad-master"],
 )
