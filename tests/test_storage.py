@@ -207,6 +207,15 @@ def test_list_is_in_key_order_and_filters_by_prefix(storage):
     assert [i.key for i in storage.list("nothing")] == []
 
 
+def test_list_spans_pages_in_key_order(storage):
+    """More keys than one S3 page (1,000) with a "directory" among its sibling keys: each key once, in order."""
+    keys = [f"raw/t/s/x/{i:04d}" for i in range(1010)] + ["raw/t/s/x-1", "raw/t/s/x.1", "raw/t/s/x_1", "raw/t/s/w"]
+    with ThreadPoolExecutor(storage.parallel_requests) as pool:
+        list(pool.map(lambda key: storage.write(key, b"x"), keys))
+    assert [info.key for info in storage.list("raw/t/s/")] == sorted(keys)
+    assert storage.list_dirs("raw/t/s/") == ["x"]
+
+
 def test_list_dirs(storage):
     for key in KEYS:
         storage.write(key, b"x")
