@@ -29,6 +29,7 @@ class S3Server:
     endpoint: str
     process: subprocess.Popen
     log: Path
+    leftovers: tuple[Path, ...] = ()  # files the server may leave outside its work dir
 
     def options(self) -> dict:
         """What ``S3Storage``/``open_storage`` take to reach this server."""
@@ -41,6 +42,8 @@ class S3Server:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        for path in self.leftovers:
+            path.unlink(missing_ok=True)
 
 
 def free_port() -> int:
@@ -115,7 +118,7 @@ def start_seaweedfs(work_dir: Path) -> S3Server:
 
     Only the S3 gateway is used. Credentials come from an -s3.config file (one admin identity, the
     tests' keys); data, logs and the admin's state stay in ``work_dir`` (only its gRPC sockets go to
-    /tmp, removed when it stops); no telemetry. The other components serve the gateway (the admin's
+    /tmp, where weed fixes their names; we remove them after it stops); no telemetry. The other components serve the gateway (the admin's
     maintenance worker cannot be turned off, so it gets its ports too).
     """
     data = work_dir / "data"
@@ -172,7 +175,8 @@ def start_seaweedfs(work_dir: Path) -> S3Server:
             env=env,
             cwd=work_dir,
         )
-    server = S3Server("seaweedfs", "", process, log)
+    grpc_sockets = [Path(f"/tmp/seaweedfs-{name.split('.')[0]}-grpc-{port}.sock") for name, port in ports.items() if name.endswith("grpc")]
+    server = S3Server("seaweedfs", "", process, log, tuple(grpc_sockets))
     # weed moves to another port when one it was given is taken meanwhile: the banner says the real one.
     _wait_until(server, lambda: _S3_ENDPOINT_LINE.search(log.read_bytes()) is not None)
     server.endpoint = _S3_ENDPOINT_LINE.search(log.read_bytes()).group(1).decode()
