@@ -21,7 +21,7 @@ from singerlake.storage import (
     open_storage,
 )
 
-SECRET = "testing-secret"  # the secret key conftest gives the moto server
+SECRET = "testing-secret"  # the secret key s3_servers gives both S3 servers
 
 
 def test_read_write_delete_round_trip(storage):
