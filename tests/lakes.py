@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from singerlake.lake import Lake
 from singerlake.paths import StreamPaths
 from singerlake.storage import LocalStorage, S3Storage, Storage
 from target_singerlake.target import TargetSingerlake
@@ -50,7 +51,15 @@ class LakeUnderTest:
         return json.loads(self.read(key))
 
     def manifest(self, stream: str, tap: str = TAP) -> dict:
-        return self.json(StreamPaths(tap, stream).manifest)
+        """The whole manifest as one document: the root with every part's files and activations
+        (SPEC.md §5), and ``replaced``: the data files compaction took out, until vacuum."""
+        manifest = Lake(self.storage).manifest(tap, stream)
+        return {
+            **manifest.to_dict(),
+            "files": manifest.files,
+            "activate_versions": manifest.activate_versions,
+            "replaced": manifest.replaced_files(),
+        }
 
     def has_manifest(self, stream: str, tap: str = TAP) -> bool:
         return self.storage.exists(StreamPaths(tap, stream).manifest)

@@ -6,7 +6,6 @@ In-process jobs share the test session's SparkSession; the CLI tests run `singer
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import os
@@ -215,7 +214,10 @@ def test_compacting_2000_small_files_keeps_replay_bookmarks_and_a_concurrent_app
     # Replaced files stay for readers of the old manifest until vacuum, after the retention.
     assert len(lake.manifest("events")["replaced"]) == 2000
     assert vacuum(open_lake(lake), retention_s=3600, apply=True) == []
-    assert len(vacuum(open_lake(lake), retention_s=3600, apply=True, now=now_ms() + DAY_MS)) == 2000
+    deleted = vacuum(open_lake(lake), retention_s=3600, apply=True, now=now_ms() + DAY_MS)
+    data = [d.path for d in deleted if d.path.endswith(".singer.gz")]
+    assert len(data) == 2000, "every replaced data file, once the retention has passed"
+    assert all("/_manifest/" in d.path for d in deleted if not d.path.endswith(".singer.gz")), "and the superseded parts only"
     assert lake.manifest("events")["replaced"] == []
     assert of_type(replay(config), "RECORD") == lines + appended
 
@@ -250,21 +252,25 @@ def test_data_source_reads_a_stream_typed_with_positions(lake, spark):
     assert v2.count() == 15 and "name" not in v2.columns
 
 
+def published_table(lake: LakeUnderTest, stream: str, version: int | None = None):
+    """The stream's Delta table, read by delta-rs (not by this project's code)."""
+    from deltalake import DeltaTable
+    from singerlake.delta import storage_options, table_key, table_uri
+
+    uri = table_uri(lake.storage, table_key(TAP, stream))
+    return DeltaTable(uri, version=version, storage_options=storage_options(lake.storage)).to_pyarrow_table()
+
+
+def published_rows(lake: LakeUnderTest, stream: str) -> list[dict]:
+    return published_table(lake, stream).to_pylist()
+
+
 def staging_rows(lake: LakeUnderTest, stream: str) -> list[dict]:
-    processed = json.loads(lake.read(f"staging/{TAP}/{stream}/_processed.json"))
-    return [row for key in processed["files"] for row in pq.read_table(io.BytesIO(lake.read(key))).to_pylist()]
+    """The current staging parts' rows, as the table's latest commit lists them."""
+    from singerlake.delta import latest, table_key
 
-
-def published_rows(lake: LakeUnderTest, stream: str) -> dict[str, list]:
-    """The current run's published rows, per format (CSV cells as the text written), sorted: part files may split them any way."""
-    prefix = json.loads(lake.read(f"staging/{TAP}/{stream}/_processed.json"))["published"]
-    rows: dict[str, list] = {"parquet": [], "csv": []}
-    for key in lake.keys("published/"):
-        if key.endswith(".parquet") and key.startswith(prefix + "/"):
-            rows["parquet"] += pq.read_table(io.BytesIO(lake.read(key))).to_pylist()
-        elif key.endswith(".csv") and key.startswith(prefix + "/"):
-            rows["csv"] += list(csv.DictReader(io.StringIO(lake.read(key).decode())))
-    return {fmt: sorted(found, key=lambda row: json.dumps(row, default=str)) for fmt, found in rows.items()}
+    parts = latest(lake.storage, table_key(TAP, stream)).state["parts"]
+    return [row for part in parts for row in pq.read_table(io.BytesIO(lake.read(part["staging"]))).to_pylist()]
 
 
 def test_project_keeps_one_current_row_per_key_and_processes_only_new_files(lake, spark):
@@ -275,25 +281,21 @@ def test_project_keeps_one_current_row_per_key_and_processes_only_new_files(lake
     first = [schema_msg("users", users, ["id"]), *(record_msg("users", {"id": i % 10, "name": f"n{i}", "tags": ["a"]}) for i in range(35))]
     land(lake.config, joined(first), batch_max_rows=10)
     result = project(open_lake(lake), spark, TAP)[0]
-    assert result["new_records"] == 35 and result["rows"] == 10
+    assert result["new_records"] == 35 and result["rows"] == 10 and result["version"] == 0
 
     second = [schema_msg("users", users, ["id"]), *(record_msg("users", {"id": i, "name": f"late{i}", "tags": []}) for i in (3, 42))]
     land(lake.config, joined(second))
-    result = project(open_lake(lake), spark, TAP)[0]
-    assert result["new_records"] == 2 and result["rows"] == 11  # only the new commit was read
+    result = project(open_lake(lake), spark, TAP, formats=["delta", "csv"])[0]
+    assert result["new_records"] == 2 and result["rows"] == 11 and result["version"] == 1  # only the new commit was read
+    assert project(open_lake(lake), spark, TAP)[0] | {"csv": []} == result | {"new_records": 0, "csv": []}  # nothing new: no commit
 
-    processed = json.loads(lake.read("staging/tap-test/users/_processed.json"))
-    import io
-
-    import pyarrow.parquet as pq
-
-    rows = [row for key in processed["files"] for row in pq.read_table(io.BytesIO(lake.read(key))).to_pylist()]
+    rows = published_rows(lake, "users")
     by_id = {row["id"]: row for row in rows}
     assert len(rows) == len(by_id) == 11  # exactly one row per key
     assert by_id[3]["name"] == "late3" and by_id[9]["name"] == "n29" and by_id[42]["tags"] == []
-    published = [k for k in lake.keys("published/") if k.startswith(processed["published"])]
-    assert {k.rsplit(".", 1)[1] for k in published} == {"parquet", "csv"}
-    csv_rows = sum(lake.read(k).count(b"\n") - 1 for k in published if k.endswith(".csv"))
+    assert len(published_table(lake, "users", version=0)) == 10  # time travel: the first run's projection
+    assert len(staging_rows(lake, "users")) == 11
+    csv_rows = sum(lake.read(key).count(b"\n") - 1 for key in result["csv"])
     assert csv_rows == 11
 
 
@@ -303,7 +305,7 @@ PROFILES = {
         "id": {"type": "integer"},
         "name": {"type": "string"},
         "seen": {"type": "string", "format": "date-time"},
-        "address": {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "integer"}}},
+        "address.city": {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "integer"}}},
         "tags": {"type": "array", "items": {"type": "string"}},
     },
 }
@@ -319,7 +321,7 @@ def profile_records(seed: int, count: int) -> list[bytes]:
             "id": key,
             "name": f"v{seed}-{n}",
             "seen": "2024-05-01T10:00:00Z",
-            "address": {"city": f"c{n}", "zip": n},
+            "address.city": {"city": f"c{n}", "zip": n},
             "tags": ["x", str(n)],
         }
         when = rng.choice([None, "2024-01-01T00:00:00Z", "2024-01-02T00:00:00Z"])  # ties in time are common
@@ -339,9 +341,11 @@ def test_project_gives_the_same_rows_on_the_spark_sql_path_as_on_the_one_job_pat
         assert [(r["new_records"], r["rows"]) for r in small] == [(r["new_records"], r["rows"]) for r in large] == [(150, 13)]
         by_position = lambda rows: sorted(rows, key=lambda row: (row["_singerlake_commit"], row["_singerlake_index"]))  # noqa: E731
         assert by_position(staging_rows(small_lake, "profiles")) == by_position(staging_rows(large_lake, "profiles"))
-        assert published_rows(small_lake, "profiles") == published_rows(large_lake, "profiles")
-    csv_cells = published_rows(small_lake, "profiles")["csv"]
-    assert {json.loads(row["tags"])[0] for row in csv_cells} == {"x"} and all(json.loads(row["address"])["city"] for row in csv_cells)
+        by_name = lambda rows: sorted(rows, key=lambda row: row["name"])  # noqa: E731
+        assert by_name(published_rows(small_lake, "profiles")) == by_name(published_rows(large_lake, "profiles"))
+        assert published_table(small_lake, "profiles").schema == published_table(large_lake, "profiles").schema
+    rows = published_rows(small_lake, "profiles")
+    assert {row["tags"][0] for row in rows} == {"x"} and all(row["address.city"]["city"] for row in rows)
 
 
 # -- many streams: one Spark job for all of them, failures reported per stream -----------------------
@@ -422,8 +426,7 @@ def test_a_failing_stream_is_reported_by_name_and_the_others_are_compacted_and_p
     assert repr(invalid) in reported[1] and "manifest.json" in reported[1] and "'tap_id'" in reported[1]
     assert f"{good}: 12 new records, 4 current rows" in projected.stdout
     assert len(staging_rows(local_lake, good)) == 4
-    assert not local_lake.storage.exists(f"staging/{TAP}/{corrupt}/_processed.json")
-    assert not local_lake.storage.exists(f"staging/{TAP}/{invalid}/_processed.json")
+    assert not local_lake.keys(f"published/{TAP}/{corrupt}/") and not local_lake.keys(f"published/{TAP}/{invalid}/")
 
 
 # -- locks, describe, the CLI on a cluster ---------------------------------------------------------

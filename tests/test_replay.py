@@ -63,7 +63,7 @@ def compact(storage: Storage, manifest: Manifest, groups: list[int]) -> Manifest
         merged = write_data_file(storage, PATHS, HASH, SCHEMA_LINE, lines, [1000] * len(lines))
         new_files.append({**merged, "commit": compacted.commits, "runs": runs})
     leftover = [dict(e) for e in manifest.files[index:]]
-    compacted.files = new_files + leftover
+    compacted.tail = new_files + leftover
     return Manifest.from_dict(compacted.to_dict(), "compacted")  # the manifest stays valid
 
 
@@ -103,7 +103,7 @@ def test_every_bookmark_resumes_exactly_before_and_after_compaction(commits, gro
 def test_activate_version_is_placed_after_its_commit_and_not_repeated(tmp_path):
     storage = LocalStorage(tmp_path)
     manifest, lines = build(storage, [[2], [3]])
-    manifest.activate_versions = [{"version": 5, "after_commit": 1}, {"version": 6, "after_commit": 2}]
+    manifest.tail_activations = [{"version": 5, "after_commit": 1, "records": 2}, {"version": 6, "after_commit": 2, "records": 3}]
     events = list(StreamReplay(storage, manifest).events())
     kinds = [type(e).__name__ for e in events if not isinstance(e, (Reached, Schema))]
     assert kinds == ["Lines", "Activate", "Lines", "Activate"]

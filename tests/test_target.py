@@ -90,7 +90,7 @@ def test_layout_manifest_catalogue_and_lake_metadata(lake):
         digest = schema_hash(schema, keys)
         assert len(digest) == 13
         manifest = lake.manifest(stream)
-        assert manifest["format"] == "singerlake-manifest" and manifest["spec_version"] == "1.1"
+        assert manifest["format"] == "singerlake-manifest-v2" and manifest["spec_version"] == "2.0"
         assert (manifest["tap_id"], manifest["stream"]) == (TAP, stream)
         assert list(manifest["versions"]) == [digest]
         version = manifest["versions"][digest]
@@ -147,7 +147,7 @@ def test_layout_manifest_catalogue_and_lake_metadata(lake):
         assert meta["metadata"]["table-key-properties"] == keys
 
     root = lake.json("raw/singerlake.json")
-    assert root["format"] == "singerlake" and root["spec_version"] == "1.1"
+    assert root["format"] == "singerlake" and root["spec_version"] == "2.0"
     assert root["taps"] == {TAP: {"path": f"raw/{TAP}", **annotations}}
 
 

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 from singerlake.manifest import Manifest
+from singerlake.parts import PartStore
 from singerlake.paths import StreamPaths, file_id_ms, iso_ms, now_ms
 from singerlake.storage import Blob, NotFound, PreconditionFailed, Storage
 
@@ -70,33 +71,60 @@ def update_manifest(
     seed: Callable[[], Manifest] | None = None,
     durable: bool = True,
     known: Blob | None = None,
+    store: PartStore | None = None,
+    last: Manifest | None = None,
 ) -> Manifest:
     """Apply ``change`` to the stream's manifest atomically; ``change`` returning False writes nothing.
 
     ``seed`` builds the manifest when none exists yet (a rebuild from a scan, so that creating a
     manifest never hides data files already on storage). ``known``: the ``stored`` of the manifest
-    this writer wrote last (see ``compare_and_swap``). The result's ``stored`` is what is on storage now.
+    this writer wrote last (see ``compare_and_swap``). ``store``: the stream's parts as already read
+    (parts never change). ``last``: the manifest this writer wrote last; its root is then neither
+    read nor parsed again unless someone else wrote since. A tail grown past its bound is sealed
+    into a part, written before the root (SPEC.md §5, §9). The result's ``stored`` is what is on
+    storage now.
     """
     source = storage.url_of(paths.manifest)
+    if last is not None and last.stored is not None:
+        known, store = last.stored, store or last.store
+    store = store or PartStore(storage, paths)
     seeded: list[Manifest] = []
     result: list[Manifest] = []
 
     def apply(current: bytes | None) -> bytes | None:
-        if current is not None:
-            manifest = Manifest.from_bytes(current, source)
+        if current is not None and last is not None and last.stored is not None and current is last.stored.data:
+            manifest = last.copy()  # the root as this process wrote it
+        elif current is not None:
+            manifest = Manifest.from_bytes(current, source, store)
         else:
             if seed is not None and not seeded:
                 seeded.append(seed())
-            manifest = Manifest.from_dict(seeded[0].to_dict(), source) if seeded else Manifest(paths.tap_id, paths.stream)
+            manifest = Manifest.from_dict(seeded[0].to_dict(), source, store) if seeded else Manifest(paths.tap_id, paths.stream)
+            manifest.store = store
             if not manifest.generation:
                 manifest.start_generation()
         result[:] = [manifest]
         if change(manifest) is False and current is not None:
             return None
-        return manifest.to_bytes()
+        return sealed_bytes(manifest)
 
     result[0].stored = compare_and_swap(storage, paths.manifest, apply, durable=durable, known=known)
     return result[0]
+
+
+def sealed_bytes(manifest: Manifest) -> bytes:
+    """The root to write: the tail sealed if it outgrew its bound, and every new part written first."""
+    manifest.seal()
+    manifest.write_parts()
+    return manifest.to_bytes()
+
+
+def write_manifest(storage: Storage, paths: StreamPaths, manifest: Manifest) -> Manifest:
+    """Replace the stream's manifest with ``manifest`` (a rebuild, an upgrade), parts first."""
+    manifest.store = manifest.store or PartStore(storage, paths)
+    data = sealed_bytes(manifest)
+    manifest.stored = compare_and_swap(storage, paths.manifest, lambda current: None if current == data else data)
+    return manifest
 
 
 def register_writer(storage: Storage, paths: StreamPaths, schema_hash: str, writer_id: str, **kwargs) -> Manifest:
@@ -121,6 +149,7 @@ def commit_files(
     *,
     writer_id: str | None = None,
     known: Blob | None = None,
+    last: Manifest | None = None,
 ) -> Manifest:
     """Make data files visible: all of ``records`` in one new commit, or none of them.
 
@@ -128,27 +157,49 @@ def commit_files(
     ``writer_id`` the commit is fenced: it fails with CommitRejected unless that writer is still
     the registered writer of every stream-schema it touches.
     """
-    missing = {r["schema_hash"] for r in records} - set(schemas)
+    return commit_many(storage, paths, [records], schemas, writer_id=writer_id, known=known, last=last)
+
+
+def commit_many(
+    storage: Storage,
+    paths: StreamPaths,
+    batches: list[list[dict]],
+    schemas: dict[str, tuple[dict, list[str]]],
+    *,
+    writer_id: str | None = None,
+    known: Blob | None = None,
+    last: Manifest | None = None,
+) -> Manifest:
+    """Each batch of ``batches`` as its own commit, in order, all in one write of the root (a backfill,
+    a benchmark). The manifest is exactly what committing the batches one by one would leave: each
+    commit is followed by the same seal check (parts are written as they are sealed)."""
+    missing = {r["schema_hash"] for batch in batches for r in batch} - set(schemas)
     if missing:
         raise ValueError(f"no schema given for schema hashes {sorted(missing)}")
 
     def change(manifest: Manifest) -> bool:
         if writer_id is not None:
-            for schema_hash in {r["schema_hash"] for r in records}:
+            for schema_hash in {r["schema_hash"] for batch in batches for r in batch}:
                 owner = manifest.writers.get(schema_hash, {}).get("writer_id")
                 if owner != writer_id:
                     raise CommitRejected(
                         f"{paths.stream!r} schema {schema_hash}: writer {writer_id} lost its lock to {owner}; "
-                        f"{len(records)} file(s) left uncommitted"
+                        f"{sum(map(len, batches))} file(s) left uncommitted"
                     )
-        present = manifest.file_ids()
-        new = [r for r in records if r["id"] not in present]
-        if not new:
-            return False
-        for record in sorted(new, key=lambda r: r["id"]):
-            schema, keys = schemas[record["schema_hash"]]
-            manifest.add_version(record["schema_hash"], schema, keys, file_id_ms(record["id"]))
-        manifest.append_commit(new)
-        return True
+        changed = False
+        for index, records in enumerate(batches):
+            present = manifest.present_ids({r["id"] for r in records})
+            new = [r for r in records if r["id"] not in present]
+            if not new:
+                continue
+            for record in sorted(new, key=lambda r: r["id"]):
+                schema, keys = schemas[record["schema_hash"]]
+                manifest.add_version(record["schema_hash"], schema, keys, file_id_ms(record["id"]))
+            manifest.append_commit(new)
+            changed = True
+            if index < len(batches) - 1:  # the last commit's seal happens as the root is written
+                manifest.seal()
+                manifest.write_parts()
+        return changed
 
-    return update_manifest(storage, paths, change, known=known)
+    return update_manifest(storage, paths, change, known=known, last=last)

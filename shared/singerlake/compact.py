@@ -6,8 +6,8 @@ ACTIVATE_VERSION between them, so replay order is unchanged. Each group is merge
 file carrying its records' positions (``runs``, SPEC.md §11), so readers' bookmarks stay exact.
 The groups of all selected streams are merged in one Spark job; then all groups of a stream are
 swapped in by one manifest compare-and-swap; a target committing at the same time only makes the
-swap retry on the new manifest. Replaced files stay on storage (listed in the manifest's
-``replaced``) until vacuum, so readers holding the old manifest keep working.
+swap retry on the new manifest. The parts holding replaced files are superseded, not deleted: they
+and the replaced files stay on storage until vacuum, so readers holding the old root keep working.
 """
 
 from __future__ import annotations
@@ -117,8 +117,9 @@ def plan_stream(lake: Lake, tap_id: str, stream: str, target_bytes: int, work_id
     return manifest, items
 
 
-def swap_in(lake: Lake, tap_id: str, stream: str, merged: list[tuple[dict, dict]]) -> Manifest:
-    """One compare-and-swap puts the stream's merged files in place of their groups."""
+def swap_in(lake: Lake, tap_id: str, stream: str, merged: list[tuple[dict, dict]], planned: Manifest | None = None) -> Manifest:
+    """One compare-and-swap puts the stream's merged files in place of their groups (new parts in place
+    of the parts holding them, SPEC.md §12). ``planned``: the manifest planned from, whose parts are read already."""
     swaps = [([e["id"] for e in item["files"]], new) for item, new in merged]
 
     def swap(current: Manifest) -> bool:
@@ -129,7 +130,7 @@ def swap_in(lake: Lake, tap_id: str, stream: str, merged: list[tuple[dict, dict]
         current.replace_files(valid, iso_ms(now_ms()))
         return True
 
-    return lake.update_manifest(lake.paths(tap_id, stream), swap)
+    return lake.update_manifest(lake.paths(tap_id, stream), swap, store=planned.store if planned else None)
 
 
 def compact(
@@ -165,9 +166,9 @@ def compact(
 
     def finish(tap: str, name: str) -> Compaction:
         manifest, done = plans[(tap, name)][0], merged.get((tap, name), [])
-        files_after = len(swap_in(lake, tap, name, done).files) if done else len(manifest.files)
+        files_after = swap_in(lake, tap, name, done, manifest).file_count() if done else manifest.file_count()
         bytes_merged = sum(e["size"] for item, _ in done for e in item["files"])
-        return Compaction(tap, name, len(manifest.files), files_after, len(done), bytes_merged)
+        return Compaction(tap, name, manifest.file_count(), files_after, len(done), bytes_merged)
 
     results = for_each_stream(list(plans), finish, found, threads=SWAP_THREADS)
     found.deliver(failures)

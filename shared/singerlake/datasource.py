@@ -29,9 +29,11 @@ from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from singerlake.catalogue import replay_schema
+from singerlake.exact import decode
 from singerlake.lake import Lake
 from singerlake.manifest import Manifest
-from singerlake.replay import Position, already_replayed, check_bookmark, file_runs, open_verified
+from singerlake.parts import entry_runs
+from singerlake.replay import Position, already_replayed, check_bookmark, open_verified
 from singerlake.singer_file import record_time_ms
 from singerlake.spark_schema import row_converter, struct_type
 from singerlake.storage import S3_OPTIONS, Storage
@@ -50,6 +52,10 @@ def columns(json_schema: dict) -> T.StructType:
 
 
 def register(spark) -> None:
+    """Make ``format("singerlake")`` available on ``spark``; a cluster's executors get the core shipped."""
+    from singerlake.executors import prepare_executors
+
+    prepare_executors(spark)
     spark.dataSource.register(SingerlakeDataSource)
 
 
@@ -103,7 +109,8 @@ def plan_files(manifest: Manifest, hashes: set[str], after: Position | None, unt
     in replay order: ``{"entry", "runs", "skip", "version"}`` (``skip``: records read already)."""
     labels = {h: info["version"] for h, info in manifest.versions.items()}
     files = []
-    for entry, runs in file_runs(manifest):
+    planned = manifest.plan(after.commit if after else None, until_commit=until)  # only the parts it needs
+    for entry, runs in entry_runs(planned.files):
         skip = already_replayed(runs, after)
         if entry["schema_hash"] in hashes and runs[0].commit <= until and skip < entry["records"]:
             runs_doc = [[r.commit, r.first, r.records] for r in runs]
@@ -122,7 +129,7 @@ def file_rows(storage: Storage, schema: T.StructType, file: dict) -> Iterator[tu
         for index, line in enumerate(unzipped):
             if index < file["skip"]:
                 continue
-            message = json.loads(line)
+            message = decode(line)
             ms = record_time_ms(message, None)  # SPEC.md §1; None: the record has no time of its own
             time = None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
             commit, position = positions[index]

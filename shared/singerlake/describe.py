@@ -10,7 +10,8 @@ from singerlake.manifest import Manifest
 from singerlake.paths import LOCK, iso_ms, now_ms
 
 
-def _type_text(spec: dict) -> str:
+def type_text(spec: dict) -> str:
+    """A property's JSON schema type in a few words: ``string (date-time)``, ``integer|null``."""
     kind = spec.get("type", spec.get("anyOf", "any"))
     if isinstance(kind, str):
         text = kind
@@ -21,20 +22,31 @@ def _type_text(spec: dict) -> str:
     return text + (f" ({spec['format']})" if "format" in spec else "")
 
 
-def schema_diff(old: dict, new: dict) -> list[str]:
-    """Readable changes between two versions: ``+ email: string``, ``- name``, ``~ id: integer -> string``."""
+def schema_changes(old: dict, new: dict) -> list[dict]:
+    """Changes between two versions, each ``{"kind": "keys"|"added"|"removed"|"changed", "name", "before", "after"}``."""
     changes = []
     if old["key_properties"] != new["key_properties"]:
-        changes.append(f"key properties {old['key_properties']} -> {new['key_properties']}")
+        changes.append({"kind": "keys", "name": None, "before": old["key_properties"], "after": new["key_properties"]})
     before, after = old["schema"].get("properties", {}), new["schema"].get("properties", {})
     for name in sorted(set(before) | set(after)):
         if name not in before:
-            changes.append(f"+ {name}: {_type_text(after[name])}")
+            changes.append({"kind": "added", "name": name, "before": None, "after": type_text(after[name])})
         elif name not in after:
-            changes.append(f"- {name}")
+            changes.append({"kind": "removed", "name": name, "before": type_text(before[name]), "after": None})
         elif before[name] != after[name]:
-            changes.append(f"~ {name}: {_type_text(before[name])} -> {_type_text(after[name])}")
-    return changes or ["no property changes (other schema keywords differ)"]
+            changes.append({"kind": "changed", "name": name, "before": type_text(before[name]), "after": type_text(after[name])})
+    return changes
+
+
+def schema_diff(old: dict, new: dict) -> list[str]:
+    """Readable changes between two versions: ``+ email: string``, ``- name``, ``~ id: integer -> string``."""
+    text = {
+        "keys": "key properties {before} -> {after}",
+        "added": "+ {name}: {after}",
+        "removed": "- {name}",
+        "changed": "~ {name}: {before} -> {after}",
+    }
+    return [text[c["kind"]].format(**c) for c in schema_changes(old, new)] or ["no property changes (other schema keywords differ)"]
 
 
 def stream_locks(lake: Lake, tap_id: str, stream: str, now: int | None = None) -> list[dict]:
@@ -58,29 +70,31 @@ def stream_locks(lake: Lake, tap_id: str, stream: str, now: int | None = None) -
 
 
 def describe_stream(lake: Lake, tap_id: str, stream: str, manifest: Manifest) -> dict:
+    """From the manifest's root alone: part summaries and the tail (no part is read)."""
+    summary = manifest.summary()
     by_version = sorted(manifest.versions.items(), key=lambda item: int(item[1]["version"][1:]))
     versions = []
     for index, (schema_hash, info) in enumerate(by_version):
-        files = [f for f in manifest.files if f["schema_hash"] == schema_hash]
+        files, records, _ = summary["versions"][schema_hash]
         versions.append(
             {
                 "version": info["version"],
                 "schema_hash": schema_hash,
                 "first_seen": info["first_seen"],
-                "files": len(files),
-                "records": sum(f["records"] for f in files),
+                "files": files,
+                "records": records,
                 "changes": schema_diff(by_version[index - 1][1], info) if index else [],
             }
         )
-    files = manifest.files
+    totals = [sum(counts[i] for counts in summary["versions"].values()) for i in range(3)]
     return {
         "versions": versions,
-        "files": len(files),
-        "records": sum(f["records"] for f in files),
-        "bytes": sum(f["size"] for f in files),
+        "files": totals[0],
+        "records": totals[1],
+        "bytes": totals[2],
         "commits": manifest.commits,
-        "start": iso_ms(min(f["start"] for f in files)) if files else None,
-        "end": iso_ms(max(f["end"] for f in files)) if files else None,
+        "start": iso_ms(summary["start"]) if summary["start"] is not None else None,
+        "end": iso_ms(summary["end"]) if summary["end"] is not None else None,
         "locks": stream_locks(lake, tap_id, stream),
     }
 

@@ -122,6 +122,8 @@ class Drain:
         for segment in segments:
             self.open_writer(segment.schema).result()  # registered before any of its files is written
         files = self._write(segments) if segments else []
+        if self.settings.confirm_files:
+            self._confirm_stored([file for segment_files in files for file in segment_files])
         written = time.monotonic()
         files_of = {id(segment): segment_files for segment, segment_files in zip(segments, files, strict=True)}
         commits = [self._pool.submit(self._commit_stream, stream, items, files_of) for stream, items in job.batch.streams.items()]
@@ -172,6 +174,24 @@ class Drain:
         _label_jobs(spark, self.job_group(self._batches + 1), f"{len(segments)} segment(s), {table.num_rows} chunk(s)")
         return write_with_spark(spark, jobs, table)
 
+    def _confirm_stored(self, files: list[dict]) -> None:
+        """Executors elsewhere (a cluster) must have written where the driver will look: check every
+        file's size in the lake's storage before any commit names it (SPEC.md §10)."""
+        for problem in self._pool.map(self._stored_problem, files):
+            if problem:
+                raise LandingError(
+                    f"{problem}: the executors wrote somewhere the driver cannot see; nothing of this batch was committed "
+                    "(is lake_root really shared with every executor?)"
+                )
+
+    def _stored_problem(self, file: dict) -> str | None:
+        found = next((info for info in self.lake.storage.list(file["path"]) if info.key == file["path"]), None)
+        if found is None:
+            return f"data file {file['path']}, reported written by an executor, is not in the lake's storage"
+        if found.size != file["size"]:
+            return f"data file {file['path']} has {found.size} bytes in the lake's storage, the executor reported {file['size']}"
+        return None
+
     def job_group(self, batch: int) -> str:
         """The Spark job group of a batch's job: unique per run, so the UI and status tracker tell runs apart."""
         return f"{self.settings.work_id or 'target-singerlake'} batch {batch}"
@@ -188,9 +208,7 @@ class Drain:
 
     def _record_activation(self, stream: str, item: ActivateVersion) -> Manifest:
         def change(manifest: Manifest) -> None:
-            manifest.activate_versions.append(
-                {"version": item.version, "after_commit": manifest.commits, "received": iso_ms(item.received_ms)}
-            )
+            manifest.add_activation(item.version, iso_ms(item.received_ms))
 
         return self.lake.update_manifest(self.lake.paths(self.settings.tap_id, stream), change)
 

@@ -95,14 +95,27 @@ def run_items(
 
 
 class _Watcher:
-    """Polls the running stage's finished tasks; each task holds about the same number of items."""
+    """Reports the running job's finished tasks; each task holds about the same number of items.
+
+    Classic Spark: a thread polls the status tracker. Spark Connect has no SparkContext: the
+    server streams the job's progress to a registered handler instead.
+    """
 
     def __init__(self, spark, progress: Progress, items: int, sizes: list[int], tasks: int):
         self.progress, self.items, self.total_bytes, self.tasks = progress, items, sum(sizes), tasks
-        self.tracker = spark.sparkContext.statusTracker()
+        self.spark = spark
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
+        self._thread = None
+        if type(spark).__module__.startswith("pyspark.sql.connect"):
+            spark.registerProgressHandler(self._on_connect_progress)
+        else:
+            self.tracker = spark.sparkContext.statusTracker()
+            self._thread = threading.Thread(target=self._poll, daemon=True)
+            self._thread.start()
+
+    def _show(self, done_tasks: int) -> None:
+        share = min(1.0, done_tasks / self.tasks)
+        self.progress.show(int(share * self.items), self.items, int(share * self.total_bytes), self.total_bytes)
 
     def _poll(self) -> None:
         while not self._stop.wait(0.5):
@@ -111,12 +124,17 @@ class _Watcher:
                 info = self.tracker.getStageInfo(stage_id)
                 if info is not None:
                     done = max(done, info.numCompletedTasks)
-            share = min(1.0, done / self.tasks)
-            self.progress.show(int(share * self.items), self.items, int(share * self.total_bytes), self.total_bytes)
+            self._show(done)
+
+    def _on_connect_progress(self, stages, inflight_tasks, operation_id, done) -> None:
+        self._show(max((stage.num_completed_tasks for stage in stages or ()), default=0))
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
+        else:
+            self.spark.removeProgressHandler(self._on_connect_progress)
         self.progress.show(self.items, self.items, self.total_bytes, self.total_bytes)
         self.progress.done()
 

@@ -7,6 +7,7 @@ from typing import Any
 from singerlake import catalogue as cat
 from singerlake.commit import compare_and_swap, update_manifest
 from singerlake.manifest import Manifest
+from singerlake.parts import PartStore
 from singerlake.paths import NAME_FILE, RAW, ROOT_METADATA, StreamPaths, catalogue_key, decode_segment, is_truncated, tap_dir
 from singerlake.scan import scan_stream
 from singerlake.storage import NotFound, PreconditionFailed, Storage, open_storage
@@ -80,11 +81,15 @@ class Lake:
             raise UnknownTap(f"tap {tap_id!r} is not in the lake at {self.storage.url}; taps present: {taps or 'none'}")
 
     def manifest(self, tap_id: str, stream: str) -> Manifest:
+        """The stream's manifest (its root read; parts are read when a caller needs them), or a scan."""
         paths = self.paths(tap_id, stream)
+        store = PartStore(self.storage, paths)
         try:
-            return Manifest.from_bytes(self.storage.read(paths.manifest).data, self.storage.url_of(paths.manifest))
+            return Manifest.from_bytes(self.storage.read(paths.manifest).data, self.storage.url_of(paths.manifest), store)
         except NotFound:
-            return scan_stream(self.storage, paths)
+            manifest = scan_stream(self.storage, paths)
+            manifest.store = store
+            return manifest
 
     def catalogue(self, tap_id: str) -> dict[str, Any]:
         key = catalogue_key(tap_id)
@@ -140,6 +145,6 @@ class Lake:
 
         compare_and_swap(self.storage, ROOT_METADATA, change_root)
 
-    def update_manifest(self, paths: StreamPaths, change) -> Manifest:
+    def update_manifest(self, paths: StreamPaths, change, store: PartStore | None = None) -> Manifest:
         """Manifest CAS that first rebuilds from a scan when no manifest exists yet."""
-        return update_manifest(self.storage, paths, change, seed=lambda: scan_stream(self.storage, paths))
+        return update_manifest(self.storage, paths, change, seed=lambda: scan_stream(self.storage, paths), store=store)

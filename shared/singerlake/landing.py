@@ -61,6 +61,7 @@ class LandingSettings:
     work_id: str | None = None
     annotations: dict[str, Any] | None = None
     queued_batches: int = 1  # batches waiting behind the one draining (memory: queued + 2 batches)
+    confirm_files: bool = False  # executors may not share the driver's view of storage: check files before committing
 
 
 @dataclass

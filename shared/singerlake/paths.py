@@ -17,6 +17,8 @@ RAW = "raw"
 ROOT_METADATA = f"{RAW}/singerlake.json"
 CATALOGUE = "catalogue.json"
 MANIFEST = "manifest.json"
+PART_DIR = "_manifest"  # a stream's manifest parts; never a schema hash (those have no "_")
+PART_SUFFIX = ".json.gz"
 LOCK = "singerlake.lock"
 NAME_FILE = "name.txt"
 DATA_SUFFIX = ".singer.gz"
@@ -185,6 +187,10 @@ class StreamPaths:
     @property
     def catalogue(self) -> str:
         return catalogue_key(self.tap_id)
+
+    def part(self, part_id: str) -> str:
+        """An immutable manifest part (SPEC.md §5)."""
+        return f"{self.stream_dir}/{PART_DIR}/{part_id}{PART_SUFFIX}"
 
     def schema_dir(self, schema_hash: str) -> str:
         return f"{self.stream_dir}/{schema_hash}"

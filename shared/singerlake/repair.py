@@ -13,7 +13,7 @@ import functools
 from dataclasses import dataclass
 
 from singerlake import catalogue as cat
-from singerlake.commit import compare_and_swap
+from singerlake.commit import compare_and_swap, write_manifest
 from singerlake.jobs import Failures, Progress, StreamFailure, by_stream, for_each_stream, run_stream_items
 from singerlake.lake import Lake
 from singerlake.manifest import Manifest
@@ -71,7 +71,7 @@ def _rebuild(lake: Lake, tap_id: str, stream: str, plan: _StreamPlan, described:
     manifest.start_generation()  # commits are renumbered: readers' old bookmarks must not apply
     actions = [Action(paths.manifest, f"rebuild from {len(manifest.files)} data files ({plan.problem.detail})"), *skipped]
     if apply:
-        _replace_with(lake.storage, paths.manifest, manifest.to_bytes())
+        write_manifest(lake.storage, paths, manifest)  # sealed into parts as a 2.0 manifest (SPEC.md §5)
     return manifest, actions
 
 

@@ -14,13 +14,13 @@ import io
 import logging
 import tempfile
 import zlib
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from singerlake.manifest import Manifest
 from singerlake.messages import BadInput, TimeParser, decode_envelope, sdc_extracted_at
+from singerlake.parts import Run, entry_runs
 from singerlake.singer_file import CorruptFile
 from singerlake.storage import NotFound, Storage
 
@@ -61,33 +61,9 @@ class Position:
         return cls(value["commit"], value["records"], value.get("generation"))
 
 
-@dataclass(frozen=True)
-class Run:
-    """Records ``first`` .. ``first + records - 1`` of commit ``commit``, stored consecutively in one file."""
-
-    commit: int
-    first: int
-    records: int
-
-
 def file_runs(manifest: Manifest) -> list[tuple[dict, list[Run]]]:
-    """Each file with the record positions it holds, in replay order.
-
-    A file as written holds one run: its commit, after the records of earlier files of that commit.
-    A file that replaced others (compaction) lists its runs explicitly in its entry's ``runs``.
-    """
-    before: Counter[int] = Counter()  # records of each commit in the files seen so far
-    placed = []
-    for entry in manifest.files:
-        if "runs" in entry:
-            runs = [Run(r["commit"], r["first"], r["records"]) for r in entry["runs"]]
-        else:
-            runs = [Run(entry["commit"], before[entry["commit"]], entry["records"])]
-        for run in runs:
-            before[run.commit] += run.records
-        placed.append((entry, runs))
-    placed.sort(key=lambda item: (item[1][0].commit, item[1][0].first))
-    return placed
+    """Each file of the whole stream with the record positions it holds, in replay order."""
+    return entry_runs(manifest.files)
 
 
 def end_of(runs: list[Run], generation: str | None = None) -> Position:
@@ -242,21 +218,20 @@ class StreamReplay:
         self.skip_corrupt = skip_corrupt
         self.files_opened: list[str] = []
         self.files_skipped: list[str] = []
+        self.parts_opened = 0
         self._times = TimeParser()
         check_bookmark(after, manifest)
 
     def events(self) -> Iterator[Schema | Lines | Activate | Reached]:
-        placed = file_runs(self.manifest)
-        self._commit_sizes = Counter()
-        for _, runs in placed:
-            for run in runs:
-                self._commit_sizes[run.commit] += run.records
-        self._pending = sorted(self.manifest.activate_versions, key=lambda a: a["after_commit"])
+        # Only the parts holding commits from the bookmark on, and inside the window, are opened.
+        plan = self.manifest.plan(self.after.commit if self.after else None, self.window)
+        self.parts_opened = plan.parts_opened
+        self._pending = sorted(plan.activations, key=lambda a: a["after_commit"])
         generation = self.manifest.generation
         start = self.after or Position(0, 0)
         self._position = Position(start.commit, start.records, generation)
         current_hash = None
-        for entry, runs in placed:
+        for entry, runs in entry_runs(plan.files):
             yield from self._activations(before_commit=runs[0].commit)
             skip = already_replayed(runs, self.after)
             self._position = max(self._position, end_of(runs, generation))
@@ -276,14 +251,14 @@ class StreamReplay:
                 self.files_skipped.append(entry["path"])
             yield Reached(self._position)
         yield from self._activations(before_commit=None)
+        self._position = max(self._position, Position(*plan.passed, generation))  # parts the window skipped
         yield Reached(self._position)  # also covers files passed at the end without opening them
 
     def _activations(self, before_commit: int | None) -> Iterator[Activate | Reached]:
         """ACTIVATE_VERSION messages placed before ``before_commit`` (all when None), unless replayed already."""
         while self._pending and (before_commit is None or self._pending[0]["after_commit"] < before_commit):
             activation = self._pending.pop(0)
-            after_commit = activation["after_commit"]
-            place = Position(after_commit, self._commit_sizes[after_commit], self.manifest.generation)
+            place = Position(activation["after_commit"], activation["records"], self.manifest.generation)
             if self.after is None or self.after < place:
                 yield Activate(activation["version"])
                 self._position = max(self._position, place)

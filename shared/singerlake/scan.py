@@ -61,6 +61,6 @@ def manifest_from_described(paths: StreamPaths, described: list[tuple[dict, dict
     records = sorted((record for record, _, _ in described), key=lambda r: r["id"])
     schemas = {record["schema_hash"]: (schema, keys) for record, schema, keys in described}
     manifest = Manifest(paths.tap_id, paths.stream, versions_from_files(records, schemas))
-    for record in records:
-        manifest.append_commit([record])
+    manifest.tail = [{**record, "commit": number} for number, record in enumerate(records, 1)]  # one commit per file
+    manifest.commits = len(records)
     return manifest

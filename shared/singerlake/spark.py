@@ -1,4 +1,10 @@
-"""Starting Spark for lake jobs: Java checked first, loopback-only networking, user conf last."""
+"""Starting Spark: local (the default), a cluster (``spark://``, k8s, yarn) or Spark Connect (``sc://``).
+
+Local masters get loopback networking, this interpreter for the Python workers and small-machine
+defaults. Any other master is someone else's cluster: its executors get the core shipped to them
+and are checked for the libraries it needs before any work (``singerlake.executors``). The user's
+conf always comes last.
+"""
 
 from __future__ import annotations
 
@@ -13,19 +19,22 @@ from singerlake.jvm_cache import cds_java_options
 
 log = logging.getLogger(__name__)
 
-# Keep the driver and executors on loopback unless the user says otherwise in spark_conf.
-LOCAL_DEFAULTS = {
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.ui.enabled": "false",
+# Every session: our jobs size their own partitions; the console progress bar would garble stderr.
+SESSION_DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
-    "spark.driver.memory": "640m",
     # Batches go to the JVM as an RDD, not as rows inside the query plan: plan-held batches stay on
     # the heap until the ContextCleaner catches up, and back-to-back jobs then exhaust it.
     "spark.sql.execution.arrow.localRelationThreshold": "0",
     # A JVM out of memory must die (and fail the run), never hang.
     "spark.executor.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",
+}
+# Local masters only: a cluster's executors on other machines must reach the driver by its real address.
+LOCAL_DEFAULTS = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.enabled": "false",
+    "spark.driver.memory": "640m",
 }
 # Short-lived local driver: C1-compiled code starts faster and our jobs mostly move bytes. The heap
 # starts small and gives back what a full GC frees, so a long run stays at the size of a short one
@@ -35,38 +44,85 @@ DRIVER_JAVA_OPTIONS = (
 )
 
 
+def is_local_master(master: str) -> bool:
+    """local, local[N], local-cluster[...]: executors on this machine, sharing its disk and Python."""
+    return master == "local" or master.startswith(("local[", "local-cluster["))
+
+
+def resolve_master(master: str | None, remote: str | None) -> tuple[str, str | None]:
+    """(master, remote): an ``sc://`` master is a remote; ``$SPARK_REMOTE`` applies when neither is given."""
+    if master and master.startswith("sc://"):
+        if remote and remote != master:
+            raise ValueError(f"two Spark Connect servers given: master {master!r} and remote {remote!r}")
+        return "local[*]", master
+    remote = remote or (None if master else os.environ.get("SPARK_REMOTE"))
+    if master and remote and master != "local[*]":
+        raise ValueError(f"both a Spark master ({master!r}) and a Spark Connect remote ({remote!r}) are set: choose one")
+    return master or "local[*]", remote
+
+
+def runs_on_this_machine(master: str | None, remote: str | None = None) -> bool:
+    """Whether every executor shares this machine's disk (a local master, not Spark Connect)."""
+    master, remote = resolve_master(master, remote)
+    return remote is None and is_local_master(master)
+
+
 def spark_session(
-    master: str = "local[*]",
+    master: str | None = "local[*]",
     app_name: str = "singerlake",
     conf: dict[str, Any] | None = None,
     remote: str | None = None,
 ):
-    """A SparkSession for ``master`` (or a Spark Connect ``remote``), with ``conf`` applied last."""
+    """A SparkSession for ``master`` (or a Spark Connect ``remote``), with ``conf`` applied last.
+
+    On anything but a local master the core is shipped to the executors, which are then checked
+    for the libraries it needs (one small job), so a missing one fails here, before any work.
+    """
     from pyspark.sql import SparkSession
 
+    master, remote = resolve_master(master, remote)
     builder = SparkSession.builder.appName(app_name)
     if remote:
-        builder = builder.remote(remote)
-        options = {key: str(value) for key, value in (conf or {}).items()}
+        session = builder.remote(remote).getOrCreate()
+        _configure_connect(session, conf)
     else:
         options = driver_options(master, conf)
-    for key, value in options.items():
-        builder = builder.config(key, value)
-    if not remote:
+        for key, value in options.items():
+            builder = builder.config(key, value)
         _launch_driver_jvm(options)
-    session = builder.getOrCreate()
-    if not remote:
+        session = builder.getOrCreate()
         session.sparkContext.setLogLevel("ERROR")
+    from singerlake.executors import prepare_executors
+
+    prepare_executors(session)
     return session
+
+
+def _configure_connect(session, conf: dict[str, Any] | None) -> None:
+    """Apply our defaults and the user's conf to a Connect session, as far as the server allows."""
+    from pyspark.errors import PySparkException
+
+    for key, value in {**SESSION_DEFAULTS, **{k: str(v) for k, v in (conf or {}).items()}}.items():
+        try:
+            session.conf.set(key, value)
+        except PySparkException as exc:  # static or server-side settings cannot change per session
+            if key in (conf or {}):
+                raise ValueError(f"Spark Connect server refused setting {key}: {str(exc).splitlines()[0]}") from None
+            log.debug("Connect server keeps its own %s", key)
 
 
 def driver_options(master: str, conf: dict[str, Any] | None = None) -> dict[str, str]:
     """The Spark settings of a session on ``master`` (not Connect), ``conf`` last; sets the environment they need."""
     java_home = ensure_java()
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    # Python workers must run this interpreter (its packages), not whatever "python3" is first on PATH.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    options = {"spark.master": master, **LOCAL_DEFAULTS}
+    options = {"spark.master": master, **SESSION_DEFAULTS}
+    executor_python = (conf or {}).get("spark.pyspark.python")
+    if executor_python:  # honoured by spark-submit only; PySpark itself reads the environment
+        os.environ["PYSPARK_PYTHON"] = str(executor_python)
+    if is_local_master(master):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # Python workers must run this interpreter (its packages), not whatever "python3" is first on PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        options.update(LOCAL_DEFAULTS)
     cds = cds_java_options(java_home) if master.startswith("local") else ""
     options["spark.driver.extraJavaOptions"] = f"{DRIVER_JAVA_OPTIONS} {cds}".strip()
     options.update((key, str(value)) for key, value in (conf or {}).items())

@@ -8,17 +8,21 @@
 | string | string; `format: date-time` -> timestamp, `format: date` -> date (unparsable -> null) |
 | object with properties | struct |
 | array | array of its items' type |
-| anything else (no type, several non-null types, anyOf, free objects) | string holding the JSON text |
+| anything else (no type, several non-null types, anyOf, free objects) | string holding the value's JSON text (a string keeps its quotes) |
+
+The projection types columns exactly instead (decimals, JSON text for what fits nothing): ``exact``.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import date, datetime, timezone
+from decimal import Decimal
 from typing import Any
 
 from pyspark.sql import types as T
+
+from singerlake.exact import json_text
 
 INT64 = (-(2**63), 2**63 - 1)
 
@@ -71,7 +75,7 @@ def _date(value: Any) -> date | None:
 
 
 def _json_text(value: Any) -> str | None:
-    return value if isinstance(value, str) or value is None else json.dumps(value, ensure_ascii=False)
+    return None if value is None else json_text(value)
 
 
 def converter(data_type: T.DataType) -> Callable[[Any], Any]:
@@ -79,7 +83,7 @@ def converter(data_type: T.DataType) -> Callable[[Any], Any]:
     if isinstance(data_type, T.LongType):
         return lambda v: v if type(v) is int and INT64[0] <= v <= INT64[1] else None
     if isinstance(data_type, T.DoubleType):
-        return lambda v: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        return lambda v: float(v) if isinstance(v, (int, float, Decimal)) and not isinstance(v, bool) else None
     if isinstance(data_type, T.BooleanType):
         return lambda v: v if isinstance(v, bool) else None
     if isinstance(data_type, T.TimestampType):

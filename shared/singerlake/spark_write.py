@@ -24,6 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from singerlake.executors import default_parallelism
 from singerlake.paths import StreamPaths, new_file_id
 from singerlake.singer_file import store
 from singerlake.storage import Storage
@@ -211,13 +212,6 @@ def write_partition(jobs: list[FileJob], batches: Iterator[Any]) -> Iterator[Any
     yield pa.RecordBatch.from_pydict(
         {"segment": pa.array(segments, pa.int64()), "first_chunk": pa.array(firsts, pa.int64()), "meta": pa.array(metas, pa.string())}
     )
-
-
-def default_parallelism(spark) -> int:
-    try:
-        return max(1, spark.sparkContext.defaultParallelism)
-    except Exception:  # Spark Connect has no SparkContext; its conf may still say
-        return max(1, int(spark.conf.get("spark.default.parallelism", "2")))
 
 
 def write_with_spark(spark, jobs: list[FileJob], table) -> list[list[dict[str, Any]]]:

@@ -17,7 +17,8 @@ from singerlake.lake import Lake
 from singerlake.lock import looks_stale, read_lock
 from singerlake.manifest import Manifest
 from singerlake.metadata import InvalidMetadata
-from singerlake.paths import DATA_SUFFIX, LOCK, ROOT_METADATA, StreamPaths, catalogue_key, iso_ms, now_ms
+from singerlake.parts import PartStore
+from singerlake.paths import DATA_SUFFIX, LOCK, PART_DIR, PART_SUFFIX, ROOT_METADATA, StreamPaths, catalogue_key, iso_ms, now_ms
 from singerlake.storage import NotFound, ObjectInfo, Storage
 
 
@@ -47,18 +48,24 @@ def file_hash(storage: Storage, item: dict) -> dict:
     return {"size": size, "hash": digest.hexdigest()}
 
 
+def is_part_key(paths: StreamPaths, key: str) -> bool:
+    return key.startswith(f"{paths.stream_dir}/{PART_DIR}/") and key.endswith(PART_SUFFIX)
+
+
 def stream_listing(storage: Storage, paths: StreamPaths) -> dict[str, ObjectInfo]:
     return {info.key: info for info in storage.list(f"{paths.stream_dir}/")}
 
 
 def read_manifest(lake: Lake, paths: StreamPaths) -> tuple[Manifest | None, Finding | None]:
-    """The stream's manifest, or the finding that says why there is none."""
+    """The stream's whole manifest, every part read, or the finding that says why there is none."""
     try:
         data = lake.storage.read(paths.manifest).data
     except NotFound:
         return None, Finding("metadata", paths.manifest, "manifest.json is missing (repair rebuilds it from the data files)")
     try:
-        return Manifest.from_bytes(data, paths.manifest), None
+        manifest = Manifest.from_bytes(data, paths.manifest, PartStore(lake.storage, paths))
+        _ = manifest.files, manifest.activate_versions  # a part missing or invalid makes the manifest invalid
+        return manifest, None
     except InvalidMetadata as exc:
         return None, Finding("metadata", paths.manifest, f"invalid: {exc}")
 
@@ -71,7 +78,7 @@ def verify_stream(lake: Lake, tap_id: str, stream: str, listing: dict[str, Objec
     if problem:
         findings.append(problem)
     referenced = {e["path"]: e for e in manifest.files} if manifest else {}
-    replaced = {r["path"] for r in manifest.replaced} if manifest else set()
+    replaced = {r["path"] for r in manifest.replaced_files()} if manifest else set()
     to_hash = []
     for path, entry in referenced.items():
         info = listing.get(path)
@@ -82,11 +89,13 @@ def verify_stream(lake: Lake, tap_id: str, stream: str, listing: dict[str, Objec
         else:
             to_hash.append(entry)
     if manifest:
+        named_parts = {paths.part(s["id"]) for s in manifest.parts + manifest.superseded}
         for path, info in listing.items():
+            written = iso_ms(int(info.mtime * 1000))
             if path.endswith(DATA_SUFFIX) and path not in referenced and path not in replaced:
-                findings.append(
-                    Finding("orphan", path, f"on storage but in no manifest (written {iso_ms(int(info.mtime * 1000))}); vacuum removes it")
-                )
+                findings.append(Finding("orphan", path, f"on storage but in no manifest (written {written}); vacuum removes it"))
+            elif is_part_key(paths, path) and path not in named_parts:
+                findings.append(Finding("orphan", path, f"a manifest part the root does not name (written {written}); vacuum removes it"))
         used = {e["schema_hash"] for e in manifest.files}
         for schema_hash, version in manifest.versions.items():
             if schema_hash not in used:

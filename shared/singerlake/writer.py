@@ -86,7 +86,7 @@ class SchemaWriter:
             records,
             {self.schema_hash: (self.schema, self.key_properties)},
             writer_id=self.lock.writer_id,
-            known=self.manifest.stored if self.manifest else None,  # one write when nobody else committed since
+            last=self.manifest,  # one write, nothing parsed, when nobody else committed since
         )
         self.manifest = manifest
         if publish:

@@ -208,11 +208,12 @@ class TapSingerlake(Tap):
 
     def log_replay(self, stream: str, replay: StreamReplay) -> None:
         self.logger.info(
-            "Replayed stream %r: %d files read, %d skipped as corrupt, %d files in the lake",
+            "Replayed stream %r: %d files read, %d skipped as corrupt, %d files in the lake (%d manifest parts read)",
             stream,
             len(replay.files_opened),
             len(replay.files_skipped),
-            len(replay.manifest.files),
+            replay.manifest.file_count(),
+            replay.parts_opened,
         )
 
 

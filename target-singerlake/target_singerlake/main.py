@@ -21,7 +21,11 @@ EARLY_START_SKIPPED_BY = {"--about", "--help", "--version", "--discover", "--tes
 
 def local_master_from_argv(argv: list[str]) -> str | None:
     """The local Spark master a plain run will use, or None when the early start should not guess."""
-    if EARLY_START_SKIPPED_BY & set(argv) or any(name.startswith("TARGET_SINGERLAKE_") for name in os.environ):
+    if (
+        EARLY_START_SKIPPED_BY & set(argv)
+        or "SPARK_REMOTE" in os.environ
+        or any(name.startswith("TARGET_SINGERLAKE_") for name in os.environ)
+    ):
         return None
     config: dict = {}
     for path in _config_paths(argv):
@@ -53,11 +57,14 @@ def main() -> None:
         from singerlake.spark import prelaunch
 
         prelaunch(master)
-    from target_singerlake.target import TargetSingerlake
+    from target_singerlake.target import ConfigError, TargetSingerlake
 
     try:
         TargetSingerlake.cli()
         code = 0
+    except ConfigError as exc:  # expected: one line naming the setting at fault, no traceback
+        print(f"target-singerlake: error: {exc}", file=sys.stderr)
+        code = 2
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 1
         if isinstance(exit_.code, str):

@@ -25,9 +25,9 @@ from singerlake.catalogue import ANNOTATIONS
 from singerlake.landing import Lander, LandingSettings, Terminated
 from singerlake.messages import MissingKeyProperties, RecordBeforeSchema
 from singerlake.settings import LAKE_LOCATION, lake_root, storage_options
-from singerlake.spark import SparkStarter, SparkStartError, spark_session, stop_session
+from singerlake.spark import SparkStarter, SparkStartError, resolve_master, runs_on_this_machine, spark_session, stop_session
 from singerlake.spark_write import warm_up
-from singerlake.storage import StorageError
+from singerlake.storage import LocalStorage, StorageError
 
 
 class ConfigError(ValueError):
@@ -118,7 +118,15 @@ class TargetSingerlake(Target):
         _setting(
             "spark_master", th.StringType, "Spark master, e.g. local[*], local-cluster[2,1,1024], spark://host:7077.", default="local[*]"
         ),
-        _setting("spark_remote", th.StringType, "Spark Connect URL (sc://host:port); replaces spark_master when set."),
+        _setting(
+            "spark_remote", th.StringType, "Spark Connect URL (sc://host:port; default $SPARK_REMOTE); replaces spark_master when set."
+        ),
+        _setting(
+            "lake_root_shared",
+            th.BooleanType,
+            "A local lake_root that every Spark executor mounts at the same path (e.g. NFS): needed to use one with a cluster.",
+            default=False,
+        ),
         _setting("spark_conf", th.ObjectType(), "Extra Spark configuration, passed to the session as is."),
     ).to_dict()
 
@@ -147,10 +155,30 @@ class TargetSingerlake(Target):
     def _open_lake(self) -> Lake:
         try:
             lake = Lake.open(lake_root(self.config), **storage_options(self.config))
+            self._check_lake_reachable(lake)
             lake.storage.check_writable()
         except StorageError as exc:
             raise ConfigError(f"setting 'lake_root': {exc}") from exc
         return lake
+
+    def _spark_place(self) -> tuple[str, str | None]:
+        try:
+            return resolve_master(self.config.get("spark_master") or "local[*]", self.config.get("spark_remote"))
+        except ValueError as exc:
+            raise ConfigError(f"settings 'spark_master'/'spark_remote': {exc}") from None
+
+    def _on_this_machine(self) -> bool:
+        return runs_on_this_machine(*self._spark_place())
+
+    def _check_lake_reachable(self, lake: Lake) -> None:
+        """Executors elsewhere would write a local lake_root on their own disks: refuse, unless it is shared."""
+        if isinstance(lake.storage, LocalStorage) and not self._on_this_machine() and not self.config.get("lake_root_shared"):
+            master, remote = self._spark_place()
+            raise ConfigError(
+                f"setting 'lake_root': {lake.storage.root} is on this machine's disk, but the executors of "
+                f"{remote or master} may run elsewhere and would write to their own disks: use an s3:// lake_root, "
+                "or set lake_root_shared: true if every executor mounts it at the same path"
+            )
 
     def _start_spark(self) -> SparkStarter:
         conf = self.config.get("spark_conf") or {}
@@ -160,16 +188,14 @@ class TargetSingerlake(Target):
         if bad:
             raise ConfigError(f"setting 'spark_conf': values must be strings, numbers or booleans (see {bad})")
 
+        master, remote = self._spark_place()
+
         def start():
-            return spark_session(
-                master=self.config.get("spark_master") or "local[*]",
-                app_name=f"target-singerlake {self._tap_id()}",
-                conf=conf,
-                remote=self.config.get("spark_remote"),
-            )
+            return spark_session(master=master, app_name=f"target-singerlake {self._tap_id()}", conf=conf, remote=remote)
 
         starter = SparkStarter(start, warm_up)
-        if conf:  # user settings: fail on a bad one before reading any input
+        # User settings or someone else's cluster (executors checked): fail before reading any input.
+        if conf or not self._on_this_machine():
             try:
                 starter()
             except SparkStartError as exc:
@@ -191,6 +217,7 @@ class TargetSingerlake(Target):
             validate_records=bool(c.get("validate_records", False)),
             work_id=f"target-singerlake-{uuid.uuid4().hex[:16]}",
             annotations={name: c.get(name) for name in ANNOTATIONS},
+            confirm_files=not self._on_this_machine(),
         )
 
     # -- running -----------------------------------------------------------------------------------
@@ -211,8 +238,8 @@ class TargetSingerlake(Target):
         executors during shutdown and log the application as FAILED after a successful run.
         In-process local mode has nothing to tell and dies with the process (faster).
         """
-        master = self.config.get("spark_master") or "local[*]"
-        if self.config.get("spark_remote") or master == "local" or master.startswith("local["):
+        master, remote = self._spark_place()
+        if remote or master == "local" or master.startswith("local["):
             return
         session = self.spark.started()
         if session is not None:

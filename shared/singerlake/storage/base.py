@@ -45,13 +45,23 @@ class Storage(ABC):
         """Whole object and its etag; raises NotFound."""
 
     @abstractmethod
-    def write(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False, durable: bool = True) -> str:
+    def write(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+        durable: bool = True,
+        content_type: str | None = None,
+    ) -> str:
         """Write atomically and return the new etag.
 
         ``if_none_match``: only create (PreconditionFailed when the key exists).
         ``if_match``: only replace the version with this etag (PreconditionFailed otherwise).
         ``durable=False``: the write may be lost in a power failure (never in a process crash): for
         objects that only coordinate live processes, such as locks (a lost lock is stale anyway).
+        ``content_type``: the media type a web server should give it (S3 keeps it; local files ignore it).
         """
 
     @abstractmethod

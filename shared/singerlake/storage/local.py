@@ -58,7 +58,16 @@ class LocalStorage(Storage):
                 os.fsync(handle.fileno())
         return tmp
 
-    def write(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False, durable: bool = True) -> str:
+    def write(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+        durable: bool = True,
+        content_type: str | None = None,
+    ) -> str:
         path = self._path(key)
         try:
             tmp = self._write_temp(path, data, durable)

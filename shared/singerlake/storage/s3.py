@@ -109,8 +109,19 @@ class S3Storage(Storage):
         except Exception as exc:
             raise self._error(exc, key, "head") from exc
 
-    def write(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False, durable: bool = True) -> str:
+    def write(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+        durable: bool = True,
+        content_type: str | None = None,
+    ) -> str:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(key), "Body": data}
+        if content_type:
+            kwargs["ContentType"] = content_type
         if if_none_match:
             kwargs["IfNoneMatch"] = "*"
         elif if_match is not None:

@@ -1,0 +1,285 @@
+"""Projections (SPEC.md §12): exact column types in Delta tables, read by readers this project did not
+write (delta-rs, Polars, DuckDB's delta extension), locally and from moto's HTTP S3; `singerlake sql`."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import io
+import json
+import os
+from datetime import datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+
+import polars as pl
+import pytest
+from deltalake import DeltaTable
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from lakes import TAP, LakeUnderTest, joined, land, local_lake_at, record_msg, schema_msg
+from singerlake.delta import storage_options, table_key, table_uri
+from singerlake.exact import decode, json_text
+from singerlake.project import project
+from singerlake.storage import S3Storage
+from singerlake.vacuum import vacuum
+from test_lake_jobs import open_lake, run_cli, spark  # noqa: F401  (spark: the module's session fixture)
+
+STREAM = "public.tricky"
+JSONB = {"type": ["string", "number", "integer", "boolean", "array", "object", "null"]}  # how tap-postgres declares jsonb
+TRICKY = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer"},
+        "qty.count": {"type": ["number", "null"]},
+        "amount": {"type": "number"},
+        "big": {"type": "integer"},
+        "doc": JSONB,
+        "with space €`x": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "integer"}},
+        "at": {"type": "string", "format": "date-time"},
+        "huge": {"type": "number"},
+    },
+}
+FIRST = [
+    '{"id": 1, "qty.count": 1.5, "amount": 12345678901234567890.123456789012345678, "big": 123456789012345678901234567890,'
+    ' "doc": "just a string", "with space €`x": "ü", "tags": [1, 2], "at": "2024-05-01T10:00:00+02:00", "huge": 1e400}',
+    '{"id": 2, "qty.count": null, "amount": -0.000000000000000001, "big": 1, "doc": "{\\"a\\": 1}", "with space €`x": "",'
+    ' "tags": [], "at": "2024-05-01T08:00:00Z", "huge": 0.1}',
+    '{"id": 3, "amount": 7, "big": -9223372036854775808, "doc": {"a": 1, "b": [true, null, 2.50]}, "tags": null, "huge": 2}',
+]
+EXPECTED = {
+    1: {
+        "qty.count": Decimal("1.5"),
+        "amount": Decimal("12345678901234567890.123456789012345678"),
+        "big": Decimal("123456789012345678901234567890"),
+        "doc": '"just a string"',
+        "with space €`x": "ü",
+        "tags": [1, 2],
+        "at": datetime(2024, 5, 1, 8, tzinfo=timezone.utc),
+        "huge": "1E+400",
+    },
+    2: {"qty.count": None, "amount": Decimal("-1E-18"), "big": Decimal(1), "doc": '"{\\"a\\": 1}"', "with space €`x": "", "tags": []},
+    3: {"amount": Decimal(7), "big": Decimal(-(2**63)), "doc": '{"a":1,"b":[true,null,2.50]}', "tags": None, "huge": "2"},
+}
+
+
+def uri(lake: LakeUnderTest, stream: str = STREAM) -> str:
+    return table_uri(lake.storage, table_key(TAP, stream))
+
+
+def land_records(lake: LakeUnderTest, records: list[str], stream: str = STREAM, schema: dict = TRICKY) -> None:
+    land(lake.config, joined([schema_msg(stream, schema, ["id"]), *(record_msg(stream, text) for text in records)]))
+
+
+def by_id(rows: list[dict]) -> dict:
+    return {row["id"]: row for row in rows}
+
+
+def check_exact(rows: dict) -> None:
+    assert sorted(rows) == [1, 2, 3]
+    for key, expected in EXPECTED.items():
+        for column, value in expected.items():
+            got = rows[key][column]
+            if isinstance(value, datetime):
+                got = got.astimezone(timezone.utc)
+            assert got == value and type(got) is type(value), (key, column, got, value)
+
+
+def test_published_delta_table_is_exact_and_changes_only_what_must_change(lake, spark):  # noqa: F811
+    land_records(lake, FIRST)
+    assert project(open_lake(lake), spark, TAP)[0]["version"] == 0
+    table = DeltaTable(uri(lake), storage_options=storage_options(lake.storage))
+    check_exact(by_id(table.to_pyarrow_table().to_pylist()))
+    fields = {field.name: field for field in table.schema().fields}
+    assert str(fields["amount"].type) == 'PrimitiveType("decimal(38,18)")'
+    assert fields["doc"].metadata["singerlake.json"] == "true" and fields["huge"].metadata["singerlake.json"] == "true"
+    polars = pl.read_delta(uri(lake), storage_options=storage_options(lake.storage) or None)
+    check_exact(by_id(polars.to_dicts()))
+
+    land_records(lake, ['{"id": 4, "amount": 1, "big": 2, "huge": 3}'])
+    assert project(open_lake(lake), spark, TAP)[0]["version"] == 1
+    land_records(lake, ['{"id": 4, "amount": 2.25, "big": 5, "huge": 4}'])
+    assert project(open_lake(lake), spark, TAP)[0]["version"] == 2
+    files = {
+        version: set(DeltaTable(uri(lake), version=version, storage_options=storage_options(lake.storage)).file_uris())
+        for version in (0, 1, 2)
+    }
+    assert len(files[0]) == 1 and files[0] < files[1] and len(files[1]) == 2  # a new key: one file added, none rewritten
+    assert files[0] < files[2] and files[1] - files[2] and len(files[2]) == 2  # key 4 updated: only its file replaced
+    latest = DeltaTable(uri(lake), storage_options=storage_options(lake.storage)).to_pyarrow_table().to_pylist()
+    assert by_id(latest)[4]["amount"] == Decimal("2.25") and len(latest) == 4
+
+
+def duckdb_with_delta():
+    """DuckDB with the delta and httpfs extensions from their PyPI wheels (DuckDB downloads them otherwise)."""
+    import duckdb
+
+    found = {
+        Path(path).name.split(".")[0]: path for path in glob.glob(f"{os.path.dirname(duckdb.__file__)}/../duckdb_ext/extensions/v*/*/*")
+    }
+    if "delta" not in found:
+        pytest.skip(f"no delta extension for DuckDB {duckdb.__version__} installed (pip install duckdb-ext-delta of the same version)")
+    connection = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    for name in ("httpfs", "delta"):
+        connection.execute(f"LOAD '{found[name]}'")
+    return connection
+
+
+def test_duckdb_reads_the_published_table(lake, spark):  # noqa: F811
+    land_records(lake, FIRST)
+    project(open_lake(lake), spark, TAP)
+    connection = duckdb_with_delta()
+    if isinstance(lake.storage, S3Storage):
+        options = lake.storage.open_options()
+        endpoint = options["endpoint_url"].removeprefix("http://")
+        connection.execute(
+            f"CREATE SECRET lake (TYPE s3, KEY_ID '{options['access_key_id']}', SECRET '{options['secret_access_key']}', "
+            f"REGION '{options['region']}', ENDPOINT '{endpoint}', URL_STYLE 'path', USE_SSL false)"
+        )
+    result = connection.sql(f"SELECT * FROM delta_scan('{uri(lake)}')")
+    check_exact(by_id([dict(zip(result.columns, row, strict=True)) for row in result.fetchall()]))
+
+
+# -- property: published values round-trip to the raw ones -------------------------------------------
+PROPERTY_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "n": {"type": "number"},
+        "i": {"type": "integer"},
+        "j": {},
+        "s": {"type": "string"},
+        "o.x y": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "string"}}},
+        "arr": {"type": "array", "items": {"type": "integer"}},
+    },
+}
+numbers = st.one_of(
+    st.integers(-(10**45), 10**45),
+    st.decimals(allow_nan=False, allow_infinity=False),
+)
+json_looking = st.sampled_from(['{"a": 1}', '"q"', "1.5", "null", "[1,2]", "true", ""]) | st.text(max_size=8)
+scalars = st.one_of(st.none(), st.booleans(), numbers, json_looking)
+json_values = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3), max_leaves=8
+)
+records = st.fixed_dictionaries(
+    {},
+    optional={
+        "n": numbers | json_values,
+        "i": st.integers(-(10**40), 10**40) | json_values,
+        "j": json_values,
+        "s": json_looking | json_values,
+        "o.x y": st.fixed_dictionaries({}, optional={"a": numbers, "b": st.text(max_size=5)}) | json_values,
+        "arr": st.lists(st.integers(-(2**70), 2**70) | st.none(), max_size=4) | json_values,
+    },
+)
+
+
+def back_to_json(value, field):
+    """A published value as the JSON value it stands for (JSON-text columns decoded)."""
+    import pyarrow as pa
+
+    if value is None:
+        return None
+    if field.metadata and field.metadata.get(b"singerlake.json") == b"true":
+        return decode(value)
+    if pa.types.is_struct(field.type):  # a missing property and a null are both null (SPEC.md §12)
+        return {child.name: back_to_json(value[child.name], child) for child in field.type if value[child.name] is not None}
+    if pa.types.is_list(field.type):
+        return [back_to_json(item, field.type.value_field) for item in value]
+    return value
+
+
+def same(a, b) -> bool:
+    """Equal as JSON values: numbers by value, but a bool is no number and a string no object."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, Decimal)) and isinstance(b, (int, Decimal)):
+        return Decimal(a) == Decimal(b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(batch=st.lists(records, min_size=1, max_size=25))
+def test_published_values_round_trip_to_the_raw_values(tmp_path_factory, spark, batch):  # noqa: F811
+    lake = local_lake_at(tmp_path_factory.mktemp("prop"))
+    texts = [json_text({"id": number, **record}) for number, record in enumerate(batch)]
+    land_records(lake, texts, schema={"type": "object", "properties": {"id": {"type": "integer"}, **PROPERTY_SCHEMA["properties"]}})
+    project(open_lake(lake), spark, TAP)
+    table = DeltaTable(uri(lake)).to_pyarrow_table()
+    rows = by_id(table.to_pylist())
+    for number, text in enumerate(texts):
+        raw = decode(text)
+        for field in table.schema:
+            got, expected = back_to_json(rows[number][field.name], field), raw.get(field.name)
+            if isinstance(got, dict) and isinstance(expected, dict) and not field.metadata:
+                expected = {k: v for k, v in expected.items() if v is not None}
+            assert same(got, expected), (field, rows[number][field.name], expected)
+
+
+# -- singerlake sql ----------------------------------------------------------------------------------
+def sql(lake: LakeUnderTest, query: str, *options: str):
+    return run_cli(lake, "sql", query, *options)
+
+
+def test_sql_queries_current_rows_by_stream_name_as_json_csv_and_a_table(lake, spark):  # noqa: F811
+    land_records(lake, FIRST)
+    land_records(lake, ['{"id": 2, "amount": 99.5, "big": 3, "huge": 1}'])
+    project(open_lake(lake), spark, TAP)
+    query = f"SELECT id, `qty.count`, amount, doc, `with space €``x` FROM `{STREAM}` ORDER BY id"
+    out = sql(lake, query, "--json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = decode(out.stdout)
+    assert [row["id"] for row in rows] == [1, 2, 3]
+    assert rows[0]["amount"] == Decimal("12345678901234567890.123456789012345678") and rows[1]["amount"] == Decimal("99.5")
+    assert rows[0]["doc"] == '"just a string"' and rows[2]["doc"] == '{"a":1,"b":[true,null,2.50]}'
+    assert rows[0]["with space €`x"] == "ü"
+
+    listed = sql(lake, f"SELECT id, doc FROM `{STREAM}` ORDER BY id", "--csv")
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assert list(csv.reader(io.StringIO(listed.stdout))) == [
+        ["id", "doc"],
+        ["1", '"just a string"'],
+        ["2", ""],
+        ["3", '{"a":1,"b":[true,null,2.50]}'],
+    ]
+
+    raw = sql(lake, f"SELECT count(*) AS records, count(DISTINCT _singerlake_commit) AS commits FROM `{STREAM}`", "--raw")
+    assert raw.returncode == 0, raw.stderr[-3000:]
+    assert raw.stdout.splitlines() == ["records | commits", "--------+--------", "4       | 2", "(1 row)"], raw.stdout
+
+
+def test_sql_errors_are_one_line_with_exit_2(local_lake, spark):  # noqa: F811
+    land_records(local_lake, FIRST)
+    land(local_lake.config | {"tap_id": "tap-other"}, joined([schema_msg("x", TRICKY, ["id"]), record_msg("x", FIRST[0])]))
+    project(open_lake(local_lake), spark)
+    several = sql(local_lake, f"SELECT * FROM `{STREAM}`")
+    assert several.returncode == 2 and "--tap" in several.stderr and "Traceback" not in several.stderr
+    wrong = sql(local_lake, "SELECT nope FROM `public.tricky`", "--tap", TAP)
+    assert wrong.returncode == 2 and "Traceback" not in wrong.stderr, wrong.stderr[-3000:]
+    errors = [line for line in wrong.stderr.splitlines() if line.startswith("singerlake sql: error:")]
+    assert len(errors) == 1 and "nope" in errors[0] and "SQLSTATE" in errors[0], wrong.stderr[-3000:]
+    table = sql(local_lake, "SELECT count(*) AS n FROM x", "--tap", "tap-other")
+    assert table.returncode == 0 and table.stdout.splitlines() == ["n", "-", "1", "(1 row)"], table.stdout
+
+
+def test_vacuum_deletes_replaced_delta_and_staging_files_after_the_retention(local_lake, spark):  # noqa: F811
+    land_records(local_lake, FIRST)
+    project(open_lake(local_lake), spark, TAP)
+    land_records(local_lake, ['{"id": 2, "amount": 1, "big": 1, "huge": 1}'])
+    project(open_lake(local_lake), spark, TAP)
+    old = set(DeltaTable(uri(local_lake), version=0).file_uris())
+    assert vacuum(open_lake(local_lake), retention_s=7 * 86400, apply=True) == []  # nothing is old enough
+    deleted = vacuum(open_lake(local_lake), retention_s=0, apply=True)
+    assert {Path(p).name for p in old} <= {Path(d.path).name for d in deleted}
+    assert any(d.path.startswith("staging/") for d in deleted)
+    latest = DeltaTable(uri(local_lake)).to_pyarrow_table().to_pylist()
+    assert len(latest) == 3 and by_id(latest)[2]["amount"] == Decimal(1)
+    assert project(open_lake(local_lake), spark, TAP)[0]["rows"] == 3  # the staging parts it needs are still there
+    with pytest.raises(Exception):  # noqa: B017  (delta-rs raises its own error types)
+        DeltaTable(uri(local_lake), version=0).to_pyarrow_table()
+    assert json.loads(json.dumps([d.to_dict() for d in deleted]))
