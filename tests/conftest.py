@@ -7,11 +7,13 @@ import uuid
 
 import pytest
 from lakes import LakeUnderTest, local_lake_at, s3_lake_at
-from s3_servers import S3Server, start_moto, start_seaweedfs
+from s3_servers import S3_KEYS as S3_KEYS  # re-exported: test_spark_clusters imports it from here
+from s3_servers import S3Server, free_port, start_moto, start_seaweedfs
 from singerlake.storage import LocalStorage, S3Storage
 
 S3_SERVERS = ("moto", "seaweedfs")
 BACKENDS = ("local", *S3_SERVERS)  # the ids of every test that runs on each backend
+_free_port = free_port  # test_spark_clusters imports it from here
 
 
 def pytest_configure(config) -> None:
