@@ -1,95 +1,95 @@
-"""Shared fixtures: a real moto S3 server on 127.0.0.1 and lake roots on both backends."""
+"""Shared fixtures: real S3 servers on 127.0.0.1 (moto and SeaweedFS) and lake roots on every backend."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
 import uuid
-from pathlib import Path
 
 import pytest
 from lakes import LakeUnderTest, local_lake_at, s3_lake_at
+from s3_servers import S3_KEYS as S3_KEYS  # re-exported: test_spark_clusters imports it from here
+from s3_servers import S3Server, free_port, start_moto, start_seaweedfs
 from singerlake.storage import LocalStorage, S3Storage
 
-S3_KEYS = {"access_key_id": "testing", "secret_access_key": "testing-secret", "region": "us-east-1"}
+S3_SERVERS = ("moto", "seaweedfs")
+BACKENDS = ("local", *S3_SERVERS)  # the ids of every test that runs on each backend
+_free_port = free_port  # test_spark_clusters imports it from here
 
 
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "heavy: starts clusters or many processes; runs in CI, skip while iterating with -m 'not heavy'")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def _serve(start, tmp_path_factory, name: str):
+    os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+    server = start(tmp_path_factory.mktemp(name))
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")
-def moto_endpoint(tmp_path_factory):
-    """A moto S3 server over real HTTP on loopback, for the whole test session."""
-    port = _free_port()
-    server = shutil.which("moto_server", path=str(Path(sys.executable).parent)) or shutil.which("moto_server")
-    assert server, "moto_server not installed: pip install 'moto[server]>=5.2.5'"
-    log = tmp_path_factory.mktemp("moto") / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([server, "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT)
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.fail(f"moto server did not start; log:\n{log.read_text()}")
-            time.sleep(0.1)
-    os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
-    yield endpoint
-    proc.terminate()
-    proc.wait(timeout=10)
+def moto_server(tmp_path_factory):
+    """moto's S3 over real HTTP on loopback, one process for the whole test session."""
+    yield from _serve(start_moto, tmp_path_factory, "moto")
 
 
-def s3_options(endpoint: str) -> dict:
-    return {**S3_KEYS, "endpoint_url": endpoint}
+@pytest.fixture(scope="session")
+def seaweedfs_server(tmp_path_factory):
+    """SeaweedFS's S3 gateway on loopback, one process for the whole test session."""
+    yield from _serve(start_seaweedfs, tmp_path_factory, "seaweedfs")
+
+
+@pytest.fixture(params=S3_SERVERS)
+def s3_server(request) -> S3Server:
+    """The same test on each S3 server."""
+    return request.getfixturevalue(f"{request.param}_server")
+
+
+def _new_bucket(request, server: S3Server) -> tuple[str, dict]:
+    """A fresh bucket on ``server`` for this test; returns (url, options) for open_storage."""
+    bucket = f"lake-{uuid.uuid4().hex[:12]}"
+    client = S3Storage(f"s3://{bucket}", **server.options()).client
+    client.create_bucket(Bucket=bucket)
+    if server.name == "seaweedfs":
+        # SeaweedFS gives each bucket a volume of its own, and a disk holds only so many: drop it
+        # (contents and all) after the test. moto's buckets are only memory.
+        request.addfinalizer(lambda: client.delete_bucket(Bucket=bucket))
+    return f"s3://{bucket}/some/prefix", server.options()
 
 
 @pytest.fixture
-def s3_root(moto_endpoint):
-    """A fresh bucket; returns (url, options) for open_storage."""
-    bucket = f"lake-{uuid.uuid4().hex[:12]}"
-    storage = S3Storage(f"s3://{bucket}", **s3_options(moto_endpoint))
-    storage.client.create_bucket(Bucket=bucket)
-    return f"s3://{bucket}/some/prefix", s3_options(moto_endpoint)
+def s3_root(request, s3_server):
+    """A fresh bucket on each S3 server; returns (url, options) for open_storage."""
+    return _new_bucket(request, s3_server)
 
 
-@pytest.fixture(params=["local", "s3"])
+def _s3_root_on(request) -> tuple[str, dict]:
+    return _new_bucket(request, request.getfixturevalue(f"{request.param}_server"))
+
+
+@pytest.fixture(params=BACKENDS)
 def storage(request, tmp_path):
-    """The same test over a temp dir and over moto's HTTP S3."""
+    """The same test over a temp dir and over each S3 server."""
     if request.param == "local":
         return LocalStorage(tmp_path / "lake")
-    url, options = request.getfixturevalue("s3_root")
+    url, options = _s3_root_on(request)
     return S3Storage(url, **options)
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=BACKENDS)
 def lake_spec(request, tmp_path) -> dict:
     """A lake root as plain data (so child processes can open it too): {"url", "options"}."""
     if request.param == "local":
         return {"url": str(tmp_path / "lake"), "options": {}}
-    url, options = request.getfixturevalue("s3_root")
+    url, options = _s3_root_on(request)
     return {"url": url, "options": options}
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=BACKENDS)
 def lake(request, tmp_path) -> LakeUnderTest:
     if request.param == "local":
         return local_lake_at(tmp_path)
-    return s3_lake_at(request.getfixturevalue("s3_root"))
+    return s3_lake_at(_s3_root_on(request))
 
 
 @pytest.fixture

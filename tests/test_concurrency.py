@@ -1,4 +1,4 @@
-"""Concurrent commits to one stream's manifest, over a temp dir and moto's S3 over HTTP (SPEC.md §9).
+"""Concurrent commits to one stream's manifest, over a temp dir and S3 over HTTP (moto, SeaweedFS) (SPEC.md §9).
 
 Each writer is a separate OS process (a ``python -c`` child that loads this file), holding the
 lock of its own stream-schema and committing fenced, one data file per commit.

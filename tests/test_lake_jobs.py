@@ -1,4 +1,4 @@
-"""The `singerlake` lake jobs over real Spark, on the local backend and moto's HTTP S3.
+"""The `singerlake` lake jobs over real Spark, on the local backend and HTTP S3 (moto, SeaweedFS).
 
 In-process jobs share the test session's SparkSession; the CLI tests run `singerlake` as a command
 (its own Spark), including one on `local-cluster[2,1,1024]`.

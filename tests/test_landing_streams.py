@@ -1,6 +1,6 @@
 """Landing taps with many streams: one Spark job per batch, bounded storage requests, parallel fenced commits.
 
-Real Spark (local[*], in-process; local-cluster through the CLI) and real HTTP S3 (moto). The
+Real Spark (local[*], in-process; local-cluster through the CLI) and real HTTP S3 (moto, SeaweedFS). The
 storage requests are counted by wrapping the lake's storage on the driver; executors get the
 plain storage (the wrapper pickles as its inner storage), so what is counted is exactly the
 driver's metadata traffic: locks, manifests, catalogue, singerlake.json.

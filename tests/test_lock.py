@@ -1,4 +1,4 @@
-"""Stream-schema locks over the real backends: a temp dir and moto's S3 over HTTP (SPEC.md §8).
+"""Stream-schema locks over the real backends: a temp dir and S3 over HTTP (moto, SeaweedFS) (SPEC.md §8).
 
 Racing writers are separate OS processes (``python -c`` children that load this file), so the
 lock is exercised exactly as independent tap runs would use it: nothing shared but the storage.

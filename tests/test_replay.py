@@ -1,5 +1,5 @@
 """The replay core (SPEC.md §11) on hand-built manifests: bookmarks resume exactly, before and after
-a compaction rewrites the files, on the local backend and moto's HTTP S3."""
+a compaction rewrites the files, on the local backend and HTTP S3 (moto, SeaweedFS)."""
 
 from __future__ import annotations
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 import pickle
 import stat
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from singerlake import Lake, SchemaWriter
 from singerlake.storage import (
+    Blob,
     LocalStorage,
     NotFound,
     PreconditionFailed,
@@ -18,7 +21,7 @@ from singerlake.storage import (
     open_storage,
 )
 
-SECRET = "testing-secret"  # the secret key conftest gives the moto server
+SECRET = "testing-secret"  # the secret key s3_servers gives both S3 servers
 
 
 def test_read_write_delete_round_trip(storage):
@@ -97,6 +100,83 @@ def test_conditional_delete(storage):
         storage.delete("k/lock", if_match=current)
 
 
+# -- races: exactly one of 8 writers wins each conditional operation ---------------------------------
+ROUNDS = 3  # a fresh race on a fresh object each round: one lucky ordering proves nothing
+
+
+def _racers(storage, count: int = 8) -> list:
+    """Copies of ``storage``, each with a client of its own (as separate processes have), connected."""
+    racers = [pickle.loads(pickle.dumps(storage)) for _ in range(count)]
+    for racer in racers:
+        racer.exists("warm-up")  # no one starts ahead by a connection
+    return racers
+
+
+def _race(racers: list, attempt) -> list[object]:
+    """``attempt(racer, i)`` for each racer in a thread of its own, all released at once.
+
+    Returns each attempt's result, or the PreconditionFailed it raised (any other error fails).
+    """
+    start = threading.Barrier(len(racers))
+
+    def run(i: int):
+        start.wait()
+        try:
+            return attempt(racers[i], i)
+        except PreconditionFailed as lost:
+            return lost
+
+    with ThreadPoolExecutor(len(racers)) as pool:
+        return list(pool.map(run, range(len(racers))))
+
+
+def _the_winner(outcomes: list[object]) -> int:
+    winners = [i for i, outcome in enumerate(outcomes) if not isinstance(outcome, PreconditionFailed)]
+    assert len(winners) == 1, outcomes
+    return winners[0]
+
+
+def test_eight_creators_race_and_exactly_one_wins(storage):
+    """Create-only (If-None-Match: *): how a data file, a lock or a first manifest comes to be."""
+    racers = _racers(storage)
+    for round_ in range(ROUNDS):
+        key = f"raw/t/s/race-{round_}/singerlake.lock"
+        outcomes = _race(racers, lambda s, i, key=key: s.write(key, f"writer {i}".encode(), if_none_match=True))
+        winner = _the_winner(outcomes)
+        assert storage.read(key) == Blob(f"writer {winner}".encode(), outcomes[winner])
+
+
+def test_eight_replacers_of_one_version_race_and_exactly_one_wins(storage):
+    """If-Match: how a manifest commit or a lock takeover replaces exactly the version it read."""
+    racers = _racers(storage)
+    for round_ in range(ROUNDS):
+        key = f"raw/t/s/race-{round_}/manifest.json"
+        seen = storage.write(key, b"version 0", if_none_match=True)
+        outcomes = _race(racers, lambda s, i, key=key, seen=seen: s.write(key, f"writer {i}".encode(), if_match=seen))
+        winner = _the_winner(outcomes)
+        assert storage.read(key) == Blob(f"writer {winner}".encode(), outcomes[winner])
+
+
+def _release_or_take_over(storage, i: int, key: str, seen: str):
+    """Racers 0 and 1 release the lock version ``seen`` (a delete If-Match); the others take it over."""
+    if i < 2:
+        return storage.delete(key, if_match=seen)
+    return storage.write(key, f"taker {i}".encode(), if_match=seen)
+
+
+def test_release_and_takeovers_of_one_version_race_and_exactly_one_wins(storage):
+    racers = _racers(storage)
+    for round_ in range(ROUNDS):
+        key = f"raw/t/s/race-{round_}/singerlake.lock"
+        seen = storage.write(key, b"holder", if_none_match=True)
+        outcomes = _race(racers, lambda s, i, key=key, seen=seen: _release_or_take_over(s, i, key, seen))
+        winner = _the_winner(outcomes)
+        if winner < 2:
+            assert not storage.exists(key)
+        else:
+            assert storage.read(key) == Blob(f"taker {winner}".encode(), outcomes[winner])
+
+
 KEYS = [
     "raw/a/x-1",
     "raw/a/x.1",
@@ -125,6 +205,15 @@ def test_list_is_in_key_order_and_filters_by_prefix(storage):
     assert [i.key for i in storage.list("raw/a/x/")] == ["raw/a/x/1"]
     assert [i.key for i in storage.list("raw/nothing/")] == []
     assert [i.key for i in storage.list("nothing")] == []
+
+
+def test_list_spans_pages_in_key_order(storage):
+    """More keys than one S3 page (1,000) with a "directory" among its sibling keys: each key once, in order."""
+    keys = [f"raw/t/s/x/{i:04d}" for i in range(1010)] + ["raw/t/s/x-1", "raw/t/s/x.1", "raw/t/s/x_1", "raw/t/s/w"]
+    with ThreadPoolExecutor(storage.parallel_requests) as pool:
+        list(pool.map(lambda key: storage.write(key, b"x"), keys))
+    assert [info.key for info in storage.list("raw/t/s/")] == sorted(keys)
+    assert storage.list_dirs("raw/t/s/") == ["x"]
 
 
 def test_list_dirs(storage):

@@ -1,4 +1,4 @@
-"""tap-singerlake over lakes written by target-singerlake: real Spark, real moto HTTP S3, the real CLI.
+"""tap-singerlake over lakes written by target-singerlake: real Spark, real HTTP S3 (moto, SeaweedFS), the real CLI.
 
 Each test lands input with the target (in-process, shared SparkSession), then replays the lake
 with the tap, in-process or as the ``tap-singerlake`` command, and compares with the input.

@@ -1,4 +1,4 @@
-"""target-singerlake end to end: real Spark local mode, real moto HTTP S3, the real CLI.
+"""target-singerlake end to end: real Spark local mode, real HTTP S3 (moto, SeaweedFS), the real CLI.
 
 In-process runs share one SparkSession (the target's ``getOrCreate``); a few runs go through the
 ``target-singerlake`` command as a subprocess. Every check reads the lake back from storage, as a

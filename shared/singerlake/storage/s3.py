@@ -149,14 +149,18 @@ class S3Storage(Storage):
             raise error from exc
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        # Sorted here: S3-compatible servers differ from AWS's byte order (SeaweedFS lists a
+        # "directory" before the keys beside it, raw/a/x/1 before raw/a/x-1).
         paginator = self.client.get_paginator("list_objects_v2")
+        found = []
         try:
             for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + prefix):
                 for item in page.get("Contents", []):
                     key = item["Key"][len(self.prefix) :]
-                    yield ObjectInfo(key, item["Size"], item["LastModified"].timestamp())
+                    found.append(ObjectInfo(key, item["Size"], item["LastModified"].timestamp()))
         except Exception as exc:
             raise self._error(exc, prefix, "list") from exc
+        yield from sorted(found, key=lambda info: info.key)
 
     def list_dirs(self, prefix: str) -> list[str]:
         paginator = self.client.get_paginator("list_objects_v2")
