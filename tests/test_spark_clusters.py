@@ -30,6 +30,8 @@ from singerlake.java import ensure_java
 from test_target_crash import STREAMS, TAP, assert_lake_complete, make_input, read_lake, run_to_end, write_config
 
 pytestmark = pytest.mark.heavy  # a standalone cluster, a Connect server, executor JVMs
+# The lakes of these tests live on the real S3 server (SeaweedFS); the S3 suite covers moto too.
+on_seaweedfs = pytest.mark.parametrize("s3_server", ["seaweedfs"], indirect=True)
 
 SPARK_HOME = Path(pyspark.__file__).parent
 BIN = Path(sys.executable).parent
@@ -279,6 +281,7 @@ def land_replay_and_run_jobs(
     return landing_s, landing_starters
 
 
+@on_seaweedfs
 def test_standalone_cluster_lands_replays_and_runs_every_lake_job(standalone, executor_python, small_input, s3_root, tmp_path):
     lake_config = {k: v for k, v in s3_lake_at(s3_root).config.items() if k != "tap_id"}
     where = {"spark_master": standalone, "spark_conf": {"spark.pyspark.python": str(executor_python), "spark.executor.memory": "512m"}}
@@ -290,6 +293,7 @@ def test_standalone_cluster_lands_replays_and_runs_every_lake_job(standalone, ex
     assert all("CoarseGrainedExecutorBackend" in parent for parent in starters), starters[:3]
 
 
+@on_seaweedfs
 def test_spark_connect_lands_replays_and_runs_every_lake_job(connect_server, executor_python, small_input, s3_root, tmp_path):
     lake_config = {k: v for k, v in s3_lake_at(s3_root).config.items() if k != "tap_id"}
     landing_s, starters = land_replay_and_run_jobs(
@@ -299,6 +303,7 @@ def test_spark_connect_lands_replays_and_runs_every_lake_job(connect_server, exe
     assert starters, "the Connect server's executors never started their Python"
 
 
+@on_seaweedfs
 def test_executors_missing_a_library_fail_before_any_input_is_read(standalone, small_input, s3_root, tmp_path):
     no_msgspec = python_without(tmp_path / "no-msgspec", "msgspec")
     lake = s3_lake_at(s3_root)
