@@ -13,6 +13,7 @@ STATE is emitted after each file on both paths (SPEC.md §11).
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import typing as t
@@ -24,16 +25,14 @@ from singer_sdk.mapper import SameRecordTransform
 from singer_sdk.singerlib.json import deserialize_json
 from singerlake import Lake, LakeNotFound, UnknownTap
 from singerlake.catalogue import replay_schema
+from singerlake.errors import ConfigError
 from singerlake.manifest import Manifest
-from singerlake.replay import Activate, Lines, Position, Reached, Schema, StreamReplay, Window
+from singerlake.replay import Activate, Lines, Position, Reached, Schema, StreamReplay, Window, check_bookmark
 from singerlake.settings import LAKE_LOCATION, lake_root, storage_options
 from singerlake.singer_file import parse_time_ms
 
 ON_CORRUPT = ("fail", "skip")
-
-
-class ConfigError(ValueError):
-    """A setting is wrong; the message names it."""
+STATE_KEYS = {"bookmarks", "currently_syncing"}
 
 
 class LakeStream(Stream):
@@ -126,6 +125,40 @@ class TapSingerlake(Tap):
         ),
     ).to_dict()
 
+    # -- state -------------------------------------------------------------------------------------
+    @classmethod
+    def invoke(cls, *, state: t.IO[str] | None = None, **options) -> None:  # ty:ignore[invalid-method-override]
+        """The SDK's run, with a state file that is not a JSON object refused naming the file."""
+        if state is not None:
+            text, name = state.read(), getattr(state, "name", "--state")
+            try:
+                loaded = json.loads(text)
+            except ValueError as exc:
+                raise ConfigError(f"state file {name}: not JSON ({exc})") from None
+            if not isinstance(loaded, dict):
+                raise ConfigError(f"state file {name}: a state must be a JSON object, got a {type(loaded).__name__}")
+            state = io.StringIO(text)
+        super().invoke(state=state, **options)
+
+    def load_state(self, state: dict[str, t.Any]) -> None:
+        """Meltano's wrapped ``{"singer_state": ...}`` is unwrapped; a state that is not tap-singerlake's
+        (another tap's bookmarks, no ``position``) is refused rather than read as "replay everything"."""
+        if set(state) == {"singer_state"} and isinstance(state["singer_state"], dict):
+            state = state["singer_state"]
+        unknown = sorted(set(state) - STATE_KEYS)
+        if unknown:
+            raise ConfigError(f"state: {unknown} are not Singer state keys; expected {{'bookmarks': {{<stream>: {{'position': ...}}}}}}")
+        bookmarks = state.get("bookmarks", {})
+        if not isinstance(bookmarks, dict) or not all(isinstance(value, dict) for value in bookmarks.values()):
+            raise ConfigError("state: 'bookmarks' must be an object of one object per stream")
+        for stream, bookmark in bookmarks.items():
+            if bookmark and "position" not in bookmark:
+                raise ConfigError(
+                    f"state: stream {stream!r} has bookmark keys {sorted(bookmark)} but no 'position': it is not a "
+                    "tap-singerlake state (another tap's?); remove the stream's bookmark to replay it from the start"
+                )
+        super().load_state(state)
+
     # -- settings ----------------------------------------------------------------------------------
     @property
     def lake(self) -> Lake:
@@ -180,6 +213,9 @@ class TapSingerlake(Tap):
 
     # -- replay ------------------------------------------------------------------------------------
     def sync_all(self) -> None:
+        for stream in self.streams.values():  # every bookmark is checked before anything is emitted
+            if stream.selected:
+                check_bookmark(stream.position, stream.manifest)
         if self.state:
             self.state_writer.write_state(self.state)
         for stream in self.streams.values():

@@ -57,18 +57,21 @@ def main() -> None:
         from singerlake.spark import prelaunch
 
         prelaunch(master)
-    from target_singerlake.target import ConfigError, TargetSingerlake
+    from singer_sdk.exceptions import MissingKeyPropertiesError, RecordsWithoutSchemaException
+    from singerlake.errors import INTERRUPTED_EXIT, run_command, sdk_cli_exit_code
 
+    from target_singerlake.target import TargetSingerlake
+
+    # Expected errors (settings, input, storage, landing) are one line and exit 2 (SINGERLAKE_DEBUG=1: with the traceback).
     try:
-        TargetSingerlake.cli()
-        code = 0
-    except ConfigError as exc:  # expected: one line naming the setting at fault, no traceback
-        print(f"target-singerlake: error: {exc}", file=sys.stderr)
-        code = 2
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 1
-        if isinstance(exit_.code, str):
-            print(exit_.code, file=sys.stderr)
+        code = run_command(
+            "target-singerlake",
+            lambda: sdk_cli_exit_code(TargetSingerlake.cli),
+            expected=(RecordsWithoutSchemaException, MissingKeyPropertiesError),
+        )
+    except KeyboardInterrupt:  # a second Ctrl-C: the batch being committed is abandoned, nothing of it visible
+        print("target-singerlake: interrupted: stopped without committing the last batch", file=sys.stderr)
+        code = INTERRUPTED_EXIT
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
