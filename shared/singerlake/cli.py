@@ -16,6 +16,7 @@ singerlake.json). Errors are one line on stderr; --debug adds the traceback.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -39,14 +40,11 @@ def open_lake(args: argparse.Namespace) -> Lake:
 
 
 def start_spark(args: argparse.Namespace):
-    try:
-        from singerlake.spark import spark_session
-    except ModuleNotFoundError as exc:  # the core alone (a tap's install) has no Spark
-        raise ConfigError(
-            f"singerlake {args.command} runs on Spark, which is not installed ({exc.name} is missing): "
-            "pip install 'singerlake[spark]'" + (", or add --no-hashes" if hasattr(args, "no_hashes") else "")
-        ) from None
+    from singerlake.spark import spark_session
 
+    if importlib.util.find_spec("pyspark") is None:  # the core alone (a tap's install) has no Spark
+        hint = ", or add --no-hashes" if hasattr(args, "no_hashes") else ""
+        raise ConfigError(f"singerlake {args.command} runs on Spark, which is not installed: pip install 'singerlake[spark]'{hint}")
     conf = dict(_conf_pair(text) for text in args.spark_conf)
     return spark_session(master=args.spark_master, remote=args.spark_remote, conf=conf, app_name=f"singerlake {args.command}")
 
