@@ -26,6 +26,12 @@ class ConfigError(SingerlakeError, ValueError):
     """A setting or command-line argument is wrong; the message names it."""
 
 
+class Interrupted(SingerlakeError):
+    """Stopped by a second Ctrl-C, without waiting for what was being committed."""
+
+    exit_code = INTERRUPTED_EXIT
+
+
 def debug_enabled() -> bool:
     return os.environ.get("SINGERLAKE_DEBUG", "").lower() in ("1", "true", "yes")
 
@@ -39,7 +45,7 @@ def one_line(exc: BaseException) -> str:
 def report(prog: str, exc: BaseException) -> int:
     """Print an expected error as ``prog: error: ...``; return the exit code."""
     print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
-    return USAGE_EXIT
+    return getattr(exc, "exit_code", USAGE_EXIT)
 
 
 def run_command(prog: str, run: Callable[[], int | None], expected: tuple[type[BaseException], ...] = ()) -> int:

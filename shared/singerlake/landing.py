@@ -286,7 +286,7 @@ class Lander:
     # -- draining --------------------------------------------------------------------------------
     def _watch_age(self) -> None:
         """Commit an old batch even while no input arrives (a slow or paused tap), so its STATE goes out."""
-        interval = min(1.0, max(0.05, self.settings.max_batch_age_s / 4))
+        interval = max(0.05, min(1.0, self.settings.max_batch_age_s / 4, self.settings.progress_interval_s))
         while not self._stopped.wait(interval):
             if self._mutex.acquire(blocking=False):  # else the reader is busy and checks ages itself
                 try:

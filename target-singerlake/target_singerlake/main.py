@@ -58,20 +58,16 @@ def main() -> None:
 
         prelaunch(master)
     from singer_sdk.exceptions import MissingKeyPropertiesError, RecordsWithoutSchemaException
-    from singerlake.errors import INTERRUPTED_EXIT, run_command, sdk_cli_exit_code
+    from singerlake.errors import run_command, sdk_cli_exit_code
 
     from target_singerlake.target import TargetSingerlake
 
     # Expected errors (settings, input, storage, landing) are one line and exit 2 (SINGERLAKE_DEBUG=1: with the traceback).
-    try:
-        code = run_command(
-            "target-singerlake",
-            lambda: sdk_cli_exit_code(TargetSingerlake.cli),
-            expected=(RecordsWithoutSchemaException, MissingKeyPropertiesError),
-        )
-    except KeyboardInterrupt:  # a second Ctrl-C: the batch being committed is abandoned, nothing of it visible
-        print("target-singerlake: interrupted: stopped without committing the last batch", file=sys.stderr)
-        code = INTERRUPTED_EXIT
+    code = run_command(
+        "target-singerlake",
+        lambda: sdk_cli_exit_code(TargetSingerlake.cli),
+        expected=(RecordsWithoutSchemaException, MissingKeyPropertiesError),
+    )
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

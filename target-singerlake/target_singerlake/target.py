@@ -23,7 +23,7 @@ from singer_sdk.singerlib.encoding.base import GenericSingerReader
 from singer_sdk.sinks import RecordSink
 from singerlake import Lake
 from singerlake.catalogue import ANNOTATIONS
-from singerlake.errors import INTERRUPTED_EXIT, ConfigError
+from singerlake.errors import INTERRUPTED_EXIT, ConfigError, Interrupted
 from singerlake.java import ensure_java
 from singerlake.landing import Lander, LandingSettings, Terminated
 from singerlake.messages import MissingKeyProperties, RecordBeforeSchema
@@ -259,7 +259,7 @@ class TargetSingerlake(Target):
             raise SystemExit(128 + signum)
         if signum == signal.SIGINT:
             if self.interrupted:
-                raise KeyboardInterrupt  # the second Ctrl-C: abort, committing nothing more
+                raise Interrupted("interrupted: stopped without committing the last batch")  # the second Ctrl-C
             self.interrupted = True
             self.logger.warning("Interrupted: committing what was received, then exiting 130 (Ctrl-C again: stop without committing)")
         else:
