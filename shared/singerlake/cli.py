@@ -33,7 +33,7 @@ MIB = 1 << 20
 def open_lake(args: argparse.Namespace) -> Lake:
     options = {"region": args.s3_region, "profile": args.s3_profile, "endpoint_url": args.s3_endpoint_url}
     lake = Lake.open(args.root, **options)
-    lake.check_exists()
+    lake.check_is_lake()
     if getattr(args, "spark_conf", None) is not None:  # a command that runs Spark jobs
         check_lake_reachable(args, lake)
     return lake

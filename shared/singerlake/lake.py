@@ -34,7 +34,11 @@ class Lake:
         """Readers call this first: a mistyped root is an error, not an empty lake."""
         if not self.storage.root_exists():
             raise LakeNotFound(f"lake root {self.storage.url} does not exist")
-        if RAW not in self.storage.list_dirs(""):  # any directory exists: a lake has landed data under raw/
+
+    def check_is_lake(self) -> None:
+        """For the lake jobs: any directory exists, but only a lake holds landed data under raw/."""
+        self.check_exists()
+        if RAW not in self.storage.list_dirs(""):
             raise LakeNotFound(f"lake root {self.storage.url} holds no lake: it has no {RAW}/ (nothing was ever landed there)")
 
     def paths(self, tap_id: str, stream: str) -> StreamPaths:

@@ -213,9 +213,10 @@ class TapSingerlake(Tap):
 
     # -- replay ------------------------------------------------------------------------------------
     def sync_all(self) -> None:
+        bookmarks = self.state.get("bookmarks", {})  # read, not through stream_state (which would add empty entries)
         for stream in self.streams.values():  # every bookmark is checked before anything is emitted
             if stream.selected:
-                check_bookmark(stream.position, stream.manifest)
+                check_bookmark(Position.from_bookmark(bookmarks.get(stream.name, {}).get("position"), stream.name), stream.manifest)
         if self.state:
             self.state_writer.write_state(self.state)
         for stream in self.streams.values():
