@@ -7,8 +7,10 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from lakes import CLI as TARGET_CLI
 from lakes import TAP, USERS, joined, land, local_lake_at, record_msg, run_cli, schema_msg
 from singerlake.paths import StreamPaths, iso_ms
 from test_tap import TAP_CLI, run_tap, sample_input, tap_config
@@ -183,3 +185,20 @@ def test_tap_checks_every_bookmark_before_emitting_anything(landed, tmp_path):
     result = run_tap(tap_config(landed), tmp_path, state=state)
     assert_one_line_error(result, "tap-singerlake", "'public.orders'", "commit 99")
     assert b"RECORD" not in result.stdout
+
+
+@pytest.mark.parametrize("command", [TARGET_CLI, TAP_CLI], ids=["target", "tap"])
+@pytest.mark.parametrize(
+    ("content", "phrase"),
+    [(None, "No such file"), ("{not json", "not JSON"), ("[1]", "a JSON object"), ('{"tap_id": 7}', "invalid settings")],
+    ids=["missing", "not-json", "list", "wrong-type"],
+)
+def test_plugin_config_errors_are_one_line(tmp_path, command, content, phrase):
+    config = tmp_path / "settings.json"
+    if content is not None:
+        config.write_text(content)
+    result = subprocess.run([command, "--config", str(config)], input=b"", capture_output=True, timeout=120)
+    name = Path(command).name
+    assert_one_line_error(result, name, phrase)
+    if content is not None and phrase != "invalid settings":
+        assert str(config) in result.stderr.decode()

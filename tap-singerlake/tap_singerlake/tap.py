@@ -20,6 +20,7 @@ import typing as t
 
 from singer_sdk import Stream, Tap
 from singer_sdk import typing as th
+from singer_sdk.exceptions import ConfigValidationError
 from singer_sdk.helpers.capabilities import PluginCapabilities, TapCapabilities
 from singer_sdk.mapper import SameRecordTransform
 from singer_sdk.singerlib.json import deserialize_json
@@ -28,7 +29,7 @@ from singerlake.catalogue import replay_schema
 from singerlake.errors import ConfigError
 from singerlake.manifest import Manifest
 from singerlake.replay import Activate, Lines, Position, Reached, Schema, StreamReplay, Window, check_bookmark
-from singerlake.settings import LAKE_LOCATION, lake_root, storage_options
+from singerlake.settings import LAKE_LOCATION, invalid_settings, lake_root, storage_options
 from singerlake.singer_file import parse_time_ms
 
 ON_CORRUPT = ("fail", "skip")
@@ -160,6 +161,12 @@ class TapSingerlake(Tap):
         super().load_state(state)
 
     # -- settings ----------------------------------------------------------------------------------
+    def _validate_config(self, *, raise_errors: bool = True) -> list[str]:
+        try:
+            return super()._validate_config(raise_errors=raise_errors)
+        except ConfigValidationError as exc:
+            raise invalid_settings(exc) from None
+
     @property
     def lake(self) -> Lake:
         if not hasattr(self, "_lake"):

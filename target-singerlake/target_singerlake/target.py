@@ -17,7 +17,7 @@ from collections import Counter
 
 from singer_sdk import Target
 from singer_sdk import typing as th
-from singer_sdk.exceptions import MissingKeyPropertiesError, RecordsWithoutSchemaException
+from singer_sdk.exceptions import ConfigValidationError, MissingKeyPropertiesError, RecordsWithoutSchemaException
 from singer_sdk.helpers.capabilities import PluginCapabilities, TargetCapabilities
 from singer_sdk.singerlib.encoding.base import GenericSingerReader
 from singer_sdk.sinks import RecordSink
@@ -27,7 +27,7 @@ from singerlake.errors import INTERRUPTED_EXIT, ConfigError, Interrupted
 from singerlake.java import ensure_java
 from singerlake.landing import Lander, LandingSettings, Terminated
 from singerlake.messages import MissingKeyProperties, RecordBeforeSchema
-from singerlake.settings import LAKE_LOCATION, lake_root, storage_options
+from singerlake.settings import LAKE_LOCATION, invalid_settings, lake_root, storage_options
 from singerlake.spark import SparkStarter, SparkStartError, resolve_master, runs_on_this_machine, spark_session, stop_session
 from singerlake.spark_write import warm_up
 from singerlake.storage import LocalStorage, StorageError
@@ -138,6 +138,12 @@ class TargetSingerlake(Target):
         self.lander = Lander(self.lake, self._landing_settings(), self.spark, self._emit_state)
 
     # -- settings, checked before any input is read ------------------------------------------------
+    def _validate_config(self, *, raise_errors: bool = True) -> list[str]:
+        try:
+            return super()._validate_config(raise_errors=raise_errors)
+        except ConfigValidationError as exc:
+            raise invalid_settings(exc) from None
+
     @classmethod
     def append_builtin_config(cls, config_jsonschema: dict) -> None:
         """No SDK record settings (metadata columns, load method, flattening): records are stored as sent."""
