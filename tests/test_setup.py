@@ -89,7 +89,7 @@ def test_a_spark_start_prints_no_jvm_banner(tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"lake_root": str(tmp_path / "lake"), "tap_id": "tap-x"}))
     data = joined([schema_msg("users", USERS, ["id"]), record_msg("users", {"id": 1})])
-    env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true"}
+    env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true", "PYTHONWARNINGS": "once"}  # as Meltano runs plugins
     first = subprocess.run([CLI, "--config", str(config)], input=data, capture_output=True, timeout=300, env=env)
     second = subprocess.run([CLI, "--config", str(config)], input=data, capture_output=True, timeout=300, env=env)
     for run in (first, second):  # the second adopts the first's class-data-sharing archive

@@ -88,7 +88,10 @@ def spark_ready_home(home: Path) -> Path:
                 temporary.replace(wrapper)  # atomic: a concurrent start sees the old or the new script
             lib = wrapper.parent.parent / "lib"  # for what reads JAVA_HOME/lib (the CDS archive check)
             if not lib.exists():
-                lib.symlink_to(home.resolve() / "lib")
+                try:
+                    lib.symlink_to(home.resolve() / "lib")
+                except FileExistsError:
+                    pass  # made by a concurrent start
             return wrapper.parent.parent
         except OSError:
             continue  # not writable: try the temporary directory

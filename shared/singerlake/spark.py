@@ -130,6 +130,10 @@ def driver_options(master: str, conf: dict[str, Any] | None = None) -> dict[str,
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         # Python workers must run this interpreter (its packages), not whatever "python3" is first on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        # Meltano runs plugins with PYTHONWARNINGS=once; the Python workers inherit it, and pyspark's
+        # worker daemon then reports the pipes it leaves to the OS at exit as ResourceWarnings.
+        if os.environ.get("PYTHONWARNINGS") and "ignore::ResourceWarning" not in os.environ["PYTHONWARNINGS"]:
+            os.environ["PYTHONWARNINGS"] += ",ignore::ResourceWarning"
         options.update(LOCAL_DEFAULTS)
     cds = cds_java_options(java_home) if master.startswith("local") else ""
     options["spark.driver.extraJavaOptions"] = f"{DRIVER_JAVA_OPTIONS} -Dlog4j.configurationFile={LOG4J_CONFIG} {cds}".strip()
