@@ -97,3 +97,17 @@ def test_a_spark_start_prints_no_jvm_banner(tmp_path):
         assert run.returncode == 0, stderr[-3000:]
         for banner in ("incubator modules", "log4j profile", "NativeCodeLoader", "setLogLevel", "[cds", "ResourceWarning"):
             assert banner not in stderr, stderr[-3000:]
+
+
+def test_spark_errors_stay_visible_in_the_logs_layout(tmp_path):
+    """The quiet start keeps what matters: an error logged in the driver JVM reaches stderr, in our layout."""
+    code = (
+        "from singerlake.spark import spark_session\n"
+        "spark = spark_session('local[1]')\n"
+        "spark._jvm.org.apache.logging.log4j.LogManager.getLogger('org.apache.spark.Probe').error('probe failure')\n"
+        "spark._jvm.org.apache.logging.log4j.LogManager.getLogger('org.apache.spark.Probe').info('probe chatter')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if "probe" in line]
+    assert len(lines) == 1 and "| ERROR" in lines[0] and lines[0].endswith("| probe failure"), result.stderr[-3000:]
