@@ -5,7 +5,8 @@ from __future__ import annotations
 import nox
 
 nox.options.sessions = ["lint", "tests"]
-PACKAGES = ["-e", "shared[spark,test]", "-e", "tap-singerlake", "-e", "target-singerlake"]
+# compat editable installs, as ./dev's: a lake at ./singerlake must not shadow the package (see dev).
+PACKAGES = ["--config-settings", "editable_mode=compat", "-e", "shared[spark,test]", "-e", "tap-singerlake", "-e", "target-singerlake"]
 
 
 def install(session: nox.Session) -> None:

@@ -111,7 +111,7 @@ def nearest_jvm(entry: dict) -> dict:
     raise AssertionError(f"{entry['key']} was written by pid {entry['pid']}, which has no JVM ancestor: {entry['ancestry']}")
 
 
-SPARK_ERROR = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d ERROR .*$", re.M)  # Spark's log4j console format
+SPARK_ERROR = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \| ERROR .*$", re.M)  # singerlake/log4j2.properties
 
 
 def land(config: Path, small_input, tmp_path: Path, env: dict):

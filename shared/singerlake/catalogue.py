@@ -6,6 +6,7 @@ import copy
 import json
 from typing import Any
 
+from singerlake.errors import ConfigError
 from singerlake.manifest import SPEC_VERSION, Manifest
 from singerlake.metadata import InvalidMetadata
 
@@ -77,7 +78,7 @@ def upsert_tap(root: dict, tap_id: str, tap_dir: str, annotations: dict[str, Any
     entry = {"path": tap_dir, **{name: None for name in ANNOTATIONS}, **taps.get(tap_id, {})}
     for name, value in (annotations or {}).items():
         if name not in ANNOTATIONS:
-            raise ValueError(f"unknown tap annotation {name!r}; expected one of {ANNOTATIONS}")
+            raise ConfigError(f"unknown tap annotation {name!r}; expected one of {ANNOTATIONS}")
         if value is not None:
             entry[name] = value
     taps[tap_id] = entry

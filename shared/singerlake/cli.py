@@ -9,19 +9,23 @@ one line naming its tap, its stream and the cause, and in --json output under "f
 
 Exit codes: 0 success (verify: clean); 1 verify found problems, or some streams failed (the
 others finished); 2 an error that is no stream's: usage or configuration (bad arguments, lake
-root, tap) or the lake's own metadata (an unreadable catalogue or singerlake.json).
+root, tap), an unreachable lake or the lake's own metadata (an unreadable catalogue or
+singerlake.json). Errors are one line on stderr; --debug adds the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
 import sys
 
+import singerlake
 from singerlake.describe import describe_lake, describe_text, stream_locks
+from singerlake.errors import ConfigError, run_command
 from singerlake.lake import Lake
-from singerlake.metadata import InvalidMetadata
-from singerlake.storage import LocalStorage, PreconditionFailed, StorageError
+from singerlake.storage import LocalStorage, PreconditionFailed
 
 MIB = 1 << 20
 
@@ -29,7 +33,7 @@ MIB = 1 << 20
 def open_lake(args: argparse.Namespace) -> Lake:
     options = {"region": args.s3_region, "profile": args.s3_profile, "endpoint_url": args.s3_endpoint_url}
     lake = Lake.open(args.root, **options)
-    lake.check_exists()
+    lake.check_is_lake()
     if getattr(args, "spark_conf", None) is not None:  # a command that runs Spark jobs
         check_lake_reachable(args, lake)
     return lake
@@ -38,6 +42,9 @@ def open_lake(args: argparse.Namespace) -> Lake:
 def start_spark(args: argparse.Namespace):
     from singerlake.spark import spark_session
 
+    if importlib.util.find_spec("pyspark") is None:  # the core alone (a tap's install) has no Spark
+        hint = ", or add --no-hashes" if hasattr(args, "no_hashes") else ""
+        raise ConfigError(f"singerlake {args.command} runs on Spark, which is not installed: pip install 'singerlake[spark]'{hint}")
     conf = dict(_conf_pair(text) for text in args.spark_conf)
     return spark_session(master=args.spark_master, remote=args.spark_remote, conf=conf, app_name=f"singerlake {args.command}")
 
@@ -45,7 +52,7 @@ def start_spark(args: argparse.Namespace):
 def _conf_pair(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key.startswith("spark."):
-        raise ValueError(f"--spark-conf {text!r}: expected KEY=VALUE with a key starting with 'spark.'")
+        raise ConfigError(f"--spark-conf {text!r}: expected KEY=VALUE with a key starting with 'spark.'")
     return key, value
 
 
@@ -59,7 +66,7 @@ def check_lake_reachable(args: argparse.Namespace, lake: Lake) -> None:
         and not runs_on_this_machine(args.spark_master, args.spark_remote)
     ):
         where = args.spark_remote or args.spark_master or "$SPARK_REMOTE"
-        raise ValueError(
+        raise ConfigError(
             f"lake root {args.root} is on this machine's disk, but the Spark executors of {where} may run elsewhere "
             "and would not see it: use an s3:// lake root, or add --lake-root-shared if every executor mounts it at the same path"
         )
@@ -188,12 +195,14 @@ def cmd_locks(args: argparse.Namespace) -> int:
     locks = [lock for tap in lake.taps() for stream in lake.streams(tap) for lock in stream_locks(lake, tap, stream)]
     if args.break_lock:
         if not args.force:
-            raise ValueError("breaking a lock can let two writers commit at once: add --force if its writer is really gone")
+            raise ConfigError("breaking a lock can let two writers commit at once: add --force if its writer is really gone")
+        if args.break_lock not in {lock["path"] for lock in locks}:  # only a lock: never a manifest or data file
+            raise ConfigError(f"--break {args.break_lock}: not a lock held in this lake (`singerlake locks` lists them)")
         try:
             etag = lake.storage.read_etag(args.break_lock)
             lake.storage.delete(args.break_lock, if_match=etag)
         except PreconditionFailed:
-            raise ValueError(f"{args.break_lock} changed while breaking it (its writer is alive): not broken") from None
+            raise ConfigError(f"{args.break_lock} changed while breaking it (its writer is alive): not broken") from None
         emit(args, {"broken": args.break_lock}, f"broke {args.break_lock}")
         return 0
     text = "\n".join(
@@ -208,7 +217,7 @@ def cmd_docs(args: argparse.Namespace) -> int:
     from singerlake.storage import open_storage
 
     if not args.out and not args.publish:
-        raise ValueError("say where the site goes: --out DIR, --publish (under the lake root's docs/), or both")
+        raise ConfigError("say where the site goes: --out DIR, --publish (under the lake root's docs/), or both")
     lake = open_lake(args)
     verified = None
     if args.verify:
@@ -232,15 +241,18 @@ def cmd_docs(args: argparse.Namespace) -> int:
 
 def parser() -> argparse.ArgumentParser:
     main_parser = argparse.ArgumentParser(prog="singerlake", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    main_parser.add_argument("--version", action="version", version=f"singerlake {singerlake.__version__}")
+    main_parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = main_parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, run, help_text: str, aliases: tuple[str, ...] = (), spark: bool = False) -> argparse.ArgumentParser:
-        cmd = sub.add_parser(name, help=help_text, aliases=list(aliases))
+        cmd = sub.add_parser(name, help=help_text, description=help_text, aliases=list(aliases))
         cmd.add_argument("root", help="lake root: a path, file:// or s3:// URL")
         cmd.add_argument("--json", action="store_true", help="machine-readable output, no progress")
-        cmd.add_argument("--s3-endpoint-url")
-        cmd.add_argument("--s3-region")
-        cmd.add_argument("--s3-profile")
+        cmd.add_argument("--s3-endpoint-url", metavar="URL", help="S3-compatible endpoint (MinIO, SeaweedFS...); default AWS")
+        cmd.add_argument("--s3-region", metavar="REGION", help="S3 region (default: the AWS configuration's)")
+        cmd.add_argument("--s3-profile", metavar="PROFILE", help="AWS profile to take credentials from (default: the standard chain)")
+        cmd.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
         if spark:
             add_spark_options(cmd)
         cmd.set_defaults(run=run)
@@ -252,10 +264,10 @@ def parser() -> argparse.ArgumentParser:
     repair = command(
         "repair", cmd_repair, "rebuild missing or invalid manifests, catalogues and singerlake.json (dry run by default)", spark=True
     )
-    repair.add_argument("--apply", action="store_true")
+    repair.add_argument("--apply", action="store_true", help="make the changes (default: only list them)")
     vacuum = command("vacuum", cmd_vacuum, "delete orphans and replaced files older than the retention (dry run by default)")
     vacuum.add_argument("--retention", default="7d", help="minimum age, e.g. 7d, 12h, 30m (default 7d)")
-    vacuum.add_argument("--apply", action="store_true")
+    vacuum.add_argument("--apply", action="store_true", help="delete the files (default: only list them)")
     for name, run, text in (
         ("compact", cmd_compact, "merge small files of each stream-schema"),
         ("project", cmd_project, "raw -> staging/ and published/"),
@@ -273,10 +285,10 @@ def parser() -> argparse.ArgumentParser:
     sql.add_argument("--raw", action="store_true", help="views of every landed record with its position columns")
     sql.add_argument("--csv", action="store_true", help="CSV output: a header row, then the rows")
     upgrade = command("upgrade", cmd_upgrade, "convert 1.x manifests to lake format 2.0 in place (dry run by default)")
-    upgrade.add_argument("--apply", action="store_true")
+    upgrade.add_argument("--apply", action="store_true", help="convert the manifests (default: only list them)")
     locks = command("locks", cmd_locks, "list locks; --break PATH --force removes one")
     locks.add_argument("--break", dest="break_lock", metavar="PATH", help="lock file to remove (as listed)")
-    locks.add_argument("--force", action="store_true")
+    locks.add_argument("--force", action="store_true", help="with --break: confirm that the lock's writer is really gone")
     docs = command("docs", cmd_docs, "a static HTML site describing the lake, from its metadata", spark=True)
     docs.add_argument("--out", metavar="DIR", help="write the site into this directory (a path, file:// or s3:// URL)")
     docs.add_argument("--publish", action="store_true", help="write the site under the lake root, in docs/")
@@ -297,15 +309,17 @@ def add_spark_options(cmd: argparse.ArgumentParser) -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    from singerlake.executors import ExecutorsNotReady
+DEBUG_HELP = "show the traceback of an error (also $SINGERLAKE_DEBUG=1)"
 
-    args = parser().parse_args(argv)
-    try:
-        return args.run(args)
-    except (StorageError, LookupError, ValueError, InvalidMetadata, ExecutorsNotReady) as exc:
-        print(f"singerlake {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+
+def main(argv: list[str] | None = None) -> int:
+    main_parser = parser()
+    args = main_parser.parse_args(argv)
+    if getattr(args, "stream", None) and not args.tap:
+        main_parser.error(f"{args.command}: --stream needs --tap (stream names are per tap)")
+    if args.debug:
+        os.environ["SINGERLAKE_DEBUG"] = "1"
+    return run_command(f"singerlake {args.command}", lambda: args.run(args))
 
 
 if __name__ == "__main__":

@@ -6,17 +6,18 @@ import random
 import time
 from collections.abc import Callable
 
+from singerlake.errors import SingerlakeError
 from singerlake.manifest import Manifest
 from singerlake.parts import PartStore
 from singerlake.paths import StreamPaths, file_id_ms, iso_ms, now_ms
 from singerlake.storage import Blob, NotFound, PreconditionFailed, Storage
 
 
-class CommitConflict(Exception):
+class CommitConflict(SingerlakeError):
     """Too many writers raced for the same object; nothing was committed."""
 
 
-class CommitRejected(Exception):
+class CommitRejected(SingerlakeError):
     """The commit may not happen at all (e.g. the writer lost its lock); nothing was committed."""
 
 

@@ -29,6 +29,7 @@ from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from singerlake.catalogue import replay_schema
+from singerlake.errors import ConfigError
 from singerlake.exact import decode
 from singerlake.lake import Lake
 from singerlake.manifest import Manifest
@@ -67,7 +68,7 @@ class SingerlakeDataSource(DataSource):
     def _option(self, name: str) -> str:
         value = self.options.get(name)
         if not value:
-            raise ValueError(f"singerlake data source: option {name!r} is required")
+            raise ConfigError(f"singerlake data source: option {name!r} is required")
         return value
 
     def _lake(self) -> Lake:
@@ -82,7 +83,7 @@ class SingerlakeDataSource(DataSource):
         lake.check_tap(tap_id)
         manifest = lake.manifest(tap_id, stream)
         if not manifest.versions:
-            raise ValueError(f"singerlake data source: stream {stream!r} of tap {tap_id!r} has no data")
+            raise ConfigError(f"singerlake data source: stream {stream!r} of tap {tap_id!r} has no data")
         wanted = self.options.get("version", "all")
         if wanted == "all":
             return lake, manifest, replay_schema(manifest), set(manifest.versions)
@@ -90,7 +91,7 @@ class SingerlakeDataSource(DataSource):
             if wanted in (schema_hash, info["version"]):
                 return lake, manifest, info["schema"], {schema_hash}
         labels = [v["version"] for v in manifest.versions.values()]
-        raise ValueError(f"singerlake data source: stream {stream!r} has no version {wanted!r}; versions: {labels}")
+        raise ConfigError(f"singerlake data source: stream {stream!r} has no version {wanted!r}; versions: {labels}")
 
     def schema(self) -> T.StructType:
         _, _, schema, _ = self._selected()

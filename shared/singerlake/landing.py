@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +63,7 @@ class LandingSettings:
     annotations: dict[str, Any] | None = None
     queued_batches: int = 1  # batches waiting behind the one draining (memory: queued + 2 batches)
     confirm_files: bool = False  # executors may not share the driver's view of storage: check files before committing
+    progress_interval_s: float = 60.0  # while reading, log the running total this often (batches log at each commit)
 
 
 @dataclass
@@ -110,6 +112,7 @@ class Lander:
         # The batch belongs to whoever holds this: the reading loop per message, or the age watch.
         self._mutex = threading.Lock()
         self._stopped = threading.Event()
+        self._started = self._last_progress = time.monotonic()
         self._watch = threading.Thread(target=self._watch_age, name="singerlake-batch-age", daemon=True)
         self._watch.start()
 
@@ -192,7 +195,9 @@ class Lander:
         stamp = self.parse_time(envelope.time_extracted) if envelope.time_extracted is not None else None
         if stamp is None:
             sdc = current.decoder.sdc_extracted_at(envelope.record)
-            stamp = (self.parse_time(sdc) if sdc is not None else None) or now_ms()
+            stamp = self.parse_time(sdc) if sdc is not None else None
+        if stamp is None:  # not `or`: a record extracted at the epoch (0 ms) keeps its time
+            stamp = now_ms()
         if not line.endswith(b"\n"):
             line += b"\n"
         if not current.writer_opening:
@@ -226,13 +231,24 @@ class Lander:
         current = self.schemas.get(stream)
         if current is not None and current.hash == digest:
             return  # an identical SCHEMA changes nothing
-        validator = None
-        if self.settings.validate_records:
-            from jsonschema import Draft7Validator
-
-            validator = Draft7Validator(schema)
+        validator = self._validator(schema, stream, number)
         self.schemas[stream] = StreamSchema(message, line.rstrip(b"\r\n"), digest, keys, RecordDecoder(stream, keys), validator)
         self._hot = None  # the stream's records now take its new decoder
+
+    def _validator(self, schema: dict, stream: str, number: int):
+        """The record validator when validating; a schema that is not valid JSON Schema is refused
+        then (no record could be checked against it), and only warned about otherwise (stored as sent)."""
+        from jsonschema import Draft7Validator
+        from jsonschema.exceptions import best_match
+
+        error = best_match(Draft7Validator(Draft7Validator.META_SCHEMA).iter_errors(schema))
+        if error is not None:
+            where = "/".join(str(part) for part in error.absolute_path) or "(schema)"
+            problem = f"line {number}: SCHEMA for stream {stream!r} is not a valid JSON Schema at {where}: {error.message}"
+            if self.settings.validate_records:
+                raise BadInput(problem)
+            log.warning("%s (stored as sent; validate_records would refuse it)", problem)
+        return Draft7Validator(schema) if self.settings.validate_records else None
 
     def _state(self, line: bytes) -> None:
         value = _state_decoder.decode(line).value
@@ -270,7 +286,7 @@ class Lander:
     # -- draining --------------------------------------------------------------------------------
     def _watch_age(self) -> None:
         """Commit an old batch even while no input arrives (a slow or paused tap), so its STATE goes out."""
-        interval = min(1.0, max(0.05, self.settings.max_batch_age_s / 4))
+        interval = max(0.05, min(1.0, self.settings.max_batch_age_s / 4, self.settings.progress_interval_s))
         while not self._stopped.wait(interval):
             if self._mutex.acquire(blocking=False):  # else the reader is busy and checks ages itself
                 try:
@@ -279,6 +295,21 @@ class Lander:
                     pass  # the drain's error: the reading thread raises it on its next cut or at the end
                 finally:
                     self._mutex.release()
+            self._log_progress()
+
+    def _log_progress(self) -> None:
+        """A long batch commits rarely: between commits, say how far the reading is."""
+        now = time.monotonic()
+        if now - self._last_progress < self.settings.progress_interval_s:
+            return
+        self._last_progress = now
+        records = self.counts["RECORD"]
+        log.info(
+            "reading: %s records received so far (%s/s), %s of them in the batch being filled",
+            f"{records:,}",
+            f"{records / (now - self._started):,.0f}",
+            f"{self.batch.rows:,}",
+        )
 
     def _drain_if_old(self) -> None:
         if self.batch.rows and self.batch.age_s() >= self.settings.max_batch_age_s:

@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from singerlake.errors import SingerlakeError
 from singerlake.paths import iso_ms, now_ms, to_ms
 from singerlake.storage import NotFound, PreconditionFailed, Storage
 
@@ -26,11 +27,11 @@ DEFAULT_DRIFT_S = 10.0
 DEFAULT_WAIT_S = 600.0
 
 
-class LockTimeout(Exception):
+class LockTimeout(SingerlakeError):
     """The lock stayed held by a live writer for longer than the configured wait."""
 
 
-class LockLost(Exception):
+class LockLost(SingerlakeError):
     """Another writer took the lock over; this holder must stop writing."""
 
 

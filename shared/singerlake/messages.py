@@ -7,10 +7,11 @@ from typing import Any
 
 import msgspec
 
+from singerlake.errors import SingerlakeError
 from singerlake.singer_file import parse_time_ms
 
 
-class BadInput(ValueError):
+class BadInput(SingerlakeError, ValueError):
     """Input that is not valid Singer; the message names the line (and stream)."""
 
 

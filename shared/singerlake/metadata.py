@@ -6,6 +6,7 @@ import hashlib
 import re
 from typing import Any
 
+from singerlake.errors import SingerlakeError
 from singerlake.schema_hash import is_schema_hash
 
 METADATA_VERSION = 0
@@ -13,7 +14,7 @@ _LABEL = re.compile(r"^[a-z0-9_-]+$")
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 
 
-class InvalidMetadata(ValueError):
+class InvalidMetadata(SingerlakeError, ValueError):
     """A metadata record breaks the format; the message names the field."""
 
 

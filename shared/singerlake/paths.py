@@ -11,6 +11,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from singerlake.errors import SingerlakeError
 from singerlake.schema_hash import fingerprint_text
 
 RAW = "raw"
@@ -31,7 +32,7 @@ _TRUNCATED_MARK = "~~"
 _ESCAPED = re.compile(r"~([0-9a-f]{2})")
 
 
-class UnsafeName(ValueError):
+class UnsafeName(SingerlakeError, ValueError):
     """A name that cannot be stored in the lake."""
 
 

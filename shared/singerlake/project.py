@@ -35,6 +35,7 @@ from typing import Any
 from singerlake import delta
 from singerlake.catalogue import replay_schema
 from singerlake.datasource import plan_files
+from singerlake.errors import ConfigError, SingerlakeError
 from singerlake.exact import column_type, converter, decode, join_all, json_text, need_of, table_schema
 from singerlake.jobs import Failures, Progress, StreamFailure, for_each_stream, run_items, run_stream_items, selected_streams
 from singerlake.lake import Lake
@@ -58,7 +59,7 @@ STAGING_SCHEMA = (
 NO_TIME = -(2**63)  # a row without a record time loses to any row with one (the window's nulls last)
 
 
-class ProjectionError(ValueError):
+class ProjectionError(SingerlakeError, ValueError):
     """A stream that cannot be projected; the message names the column at fault."""
 
 
@@ -447,7 +448,7 @@ def project(
     formats = ["delta" if fmt == "parquet" else fmt for fmt in (formats or ["delta"])]
     unknown = set(formats) - set(FORMATS)
     if unknown:
-        raise ValueError(f"unknown published formats {sorted(unknown)}; use delta and/or csv")
+        raise ConfigError(f"unknown published formats {sorted(unknown)}; use delta and/or csv")
     found = Failures()
     plans = for_each_stream(selected_streams(lake, tap_id, stream), lambda tap, name: plan_stream(lake, tap, name), found)
     pending = [plan for plan in plans.values() if not plan.up_to_date]

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
+from singerlake.errors import SingerlakeError
 from singerlake.manifest import Manifest
 from singerlake.messages import BadInput, TimeParser, decode_envelope, sdc_extracted_at
 from singerlake.parts import Run, entry_runs
@@ -30,7 +31,7 @@ SPOOL_IN_MEMORY = 16 << 20  # remote files larger than this are spooled to a tem
 log = logging.getLogger(__name__)
 
 
-class BadBookmark(ValueError):
+class BadBookmark(SingerlakeError, ValueError):
     """A state bookmark that does not fit the lake; the message names the stream."""
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+from singerlake.errors import ConfigError
 from singerlake.storage import DEFAULT_ROOT, S3_OPTIONS
 
 
@@ -32,3 +35,36 @@ def lake_root(config: dict[str, Any]) -> str:
 def storage_options(config: dict[str, Any]) -> dict[str, Any]:
     """The ``s3_*`` settings as ``open_storage`` options."""
     return {name: config.get(f"s3_{name}") for name in S3_OPTIONS}
+
+
+def config_paths(argv: list[str]) -> Iterator[str]:
+    """The ``--config`` values of a plugin's command line: files, or ``ENV`` (settings from the environment)."""
+    for index, arg in enumerate(argv):
+        if arg == "--config" and index + 1 < len(argv):
+            path = argv[index + 1]
+        elif arg.startswith("--config="):
+            path = arg.split("=", 1)[1]
+        else:
+            continue
+        yield path
+
+
+def check_config_files(argv: list[str]) -> None:
+    """Each ``--config`` file must be a JSON object: else one error naming the file (the SDK's is a traceback)."""
+    for path in config_paths(argv):
+        if path == "ENV":
+            continue
+        try:
+            with open(path, encoding="utf-8") as handle:
+                loaded = json.load(handle)
+        except OSError as exc:
+            raise ConfigError(f"config file {path}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise ConfigError(f"config file {path}: not JSON ({exc})") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path}: settings must be a JSON object, got a {type(loaded).__name__}")
+
+
+def invalid_settings(exc: Exception) -> ConfigError:
+    """The SDK's ConfigValidationError (one logged line per problem, exit 1) as one error."""
+    return ConfigError("invalid settings: " + "; ".join(getattr(exc, "errors", None) or [str(exc)]))

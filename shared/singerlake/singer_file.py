@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import BinaryIO
 
+from singerlake.errors import SingerlakeError
 from singerlake.metadata import blake2_hex, make_record
 from singerlake.paths import StreamPaths, new_file_id, normalise_label, to_ms
 from singerlake.storage import PreconditionFailed, Storage
@@ -17,7 +18,7 @@ from singerlake.storage import PreconditionFailed, Storage
 DEFAULT_COMPRESSLEVEL = 6
 
 
-class CorruptFile(ValueError):
+class CorruptFile(SingerlakeError, ValueError):
     """A data file that cannot be read back; the message names the file."""
 
 

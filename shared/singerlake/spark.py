@@ -12,8 +12,10 @@ import logging
 import os
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
+from singerlake.errors import ConfigError, SingerlakeError
 from singerlake.java import ensure_java
 from singerlake.jvm_cache import cds_java_options
 
@@ -44,6 +46,12 @@ DRIVER_JAVA_OPTIONS = (
 )
 
 
+# The driver's logging: warnings and errors, in our logs' layout, without Spark's start-up banner.
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+# The JVM's own notice for the module Spark's launcher always adds: noise on every start.
+JVM_NOTICE = b"WARNING: Using incubator modules:"
+
+
 def is_local_master(master: str) -> bool:
     """local, local[N], local-cluster[...]: executors on this machine, sharing its disk and Python."""
     return master == "local" or master.startswith(("local[", "local-cluster["))
@@ -53,11 +61,11 @@ def resolve_master(master: str | None, remote: str | None) -> tuple[str, str | N
     """(master, remote): an ``sc://`` master is a remote; ``$SPARK_REMOTE`` applies when neither is given."""
     if master and master.startswith("sc://"):
         if remote and remote != master:
-            raise ValueError(f"two Spark Connect servers given: master {master!r} and remote {remote!r}")
+            raise ConfigError(f"two Spark Connect servers given: master {master!r} and remote {remote!r}")
         return "local[*]", master
     remote = remote or (None if master else os.environ.get("SPARK_REMOTE"))
     if master and remote and master != "local[*]":
-        raise ValueError(f"both a Spark master ({master!r}) and a Spark Connect remote ({remote!r}) are set: choose one")
+        raise ConfigError(f"both a Spark master ({master!r}) and a Spark Connect remote ({remote!r}) are set: choose one")
     return master or "local[*]", remote
 
 
@@ -107,7 +115,7 @@ def _configure_connect(session, conf: dict[str, Any] | None) -> None:
             session.conf.set(key, value)
         except PySparkException as exc:  # static or server-side settings cannot change per session
             if key in (conf or {}):
-                raise ValueError(f"Spark Connect server refused setting {key}: {str(exc).splitlines()[0]}") from None
+                raise ConfigError(f"Spark Connect server refused setting {key}: {str(exc).splitlines()[0]}") from None
             log.debug("Connect server keeps its own %s", key)
 
 
@@ -122,9 +130,13 @@ def driver_options(master: str, conf: dict[str, Any] | None = None) -> dict[str,
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         # Python workers must run this interpreter (its packages), not whatever "python3" is first on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        # Meltano runs plugins with PYTHONWARNINGS=once; the Python workers inherit it, and pyspark's
+        # worker daemon then reports the pipes it leaves to the OS at exit as ResourceWarnings.
+        if os.environ.get("PYTHONWARNINGS") and "ignore::ResourceWarning" not in os.environ["PYTHONWARNINGS"]:
+            os.environ["PYTHONWARNINGS"] += ",ignore::ResourceWarning"
         options.update(LOCAL_DEFAULTS)
     cds = cds_java_options(java_home) if master.startswith("local") else ""
-    options["spark.driver.extraJavaOptions"] = f"{DRIVER_JAVA_OPTIONS} {cds}".strip()
+    options["spark.driver.extraJavaOptions"] = f"{DRIVER_JAVA_OPTIONS} -Dlog4j.configurationFile={LOG4J_CONFIG} {cds}".strip()
     options.update((key, str(value)) for key, value in (conf or {}).items())
     return options
 
@@ -176,6 +188,8 @@ def _launch_driver_jvm(options: dict[str, str]) -> None:
 def _copy_to_stderr(read_end: int) -> None:
     with os.fdopen(read_end, "rb") as pipe:
         for line in iter(pipe.readline, b""):
+            if line.startswith(JVM_NOTICE):
+                continue
             sys.stderr.buffer.write(line)
             sys.stderr.flush()
 
@@ -230,5 +244,5 @@ class SparkStarter:
         return self._session
 
 
-class SparkStartError(RuntimeError):
+class SparkStartError(SingerlakeError, RuntimeError):
     pass

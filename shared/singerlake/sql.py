@@ -16,6 +16,7 @@ from datetime import date, datetime
 from typing import Any
 
 from singerlake import delta
+from singerlake.errors import ConfigError
 from singerlake.exact import json_text
 from singerlake.lake import Lake
 from singerlake.storage import Storage
@@ -32,7 +33,7 @@ def chosen_tap(lake: Lake, tap_id: str | None) -> str:
         return tap_id
     taps = lake.taps()
     if len(taps) != 1:
-        raise ValueError(f"the lake has taps {taps}: choose one with --tap" if taps else "the lake has no taps")
+        raise ConfigError(f"the lake has taps {taps}: choose one with --tap" if taps else "the lake has no taps")
     return taps[0]
 
 
@@ -88,7 +89,7 @@ def run_query(lake: Lake, spark, query: str, tap_id: str | None = None, raw: boo
         result = spark.sql(query)
         return result.columns, [tuple(row) for row in result.collect()]
     except PySparkException as exc:
-        raise ValueError(f"the query failed: {str(exc).strip().splitlines()[0]}") from None
+        raise ConfigError(f"the query failed: {str(exc).strip().splitlines()[0]}") from None
 
 
 # -- output -----------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from singerlake import delta
+from singerlake.errors import ConfigError
 from singerlake.lake import Lake
 from singerlake.manifest import Manifest
 from singerlake.paths import DATA_SUFFIX, StreamPaths, encode_segment, iso_ms, now_ms
@@ -49,7 +50,7 @@ def parse_duration(text: str) -> float:
             return float(text[:-1]) * units[text[-1]]
         return float(text)
     except ValueError:
-        raise ValueError(f"retention {text!r} is not a duration like 7d, 12h, 30m or 45s") from None
+        raise ConfigError(f"retention {text!r} is not a duration like 7d, 12h, 30m or 45s") from None
 
 
 def vacuum_stream(lake: Lake, paths: StreamPaths, retention_s: float, apply: bool, now: int) -> list[Deletion]:

@@ -13,27 +13,27 @@ STATE is emitted after each file on both paths (SPEC.md §11).
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import typing as t
 
 from singer_sdk import Stream, Tap
 from singer_sdk import typing as th
+from singer_sdk.exceptions import ConfigValidationError
 from singer_sdk.helpers.capabilities import PluginCapabilities, TapCapabilities
 from singer_sdk.mapper import SameRecordTransform
 from singer_sdk.singerlib.json import deserialize_json
 from singerlake import Lake, LakeNotFound, UnknownTap
 from singerlake.catalogue import replay_schema
+from singerlake.errors import ConfigError
 from singerlake.manifest import Manifest
-from singerlake.replay import Activate, Lines, Position, Reached, Schema, StreamReplay, Window
-from singerlake.settings import LAKE_LOCATION, lake_root, storage_options
+from singerlake.replay import Activate, Lines, Position, Reached, Schema, StreamReplay, Window, check_bookmark
+from singerlake.settings import LAKE_LOCATION, invalid_settings, lake_root, storage_options
 from singerlake.singer_file import parse_time_ms
 
 ON_CORRUPT = ("fail", "skip")
-
-
-class ConfigError(ValueError):
-    """A setting is wrong; the message names it."""
+STATE_KEYS = {"bookmarks", "currently_syncing"}
 
 
 class LakeStream(Stream):
@@ -126,7 +126,47 @@ class TapSingerlake(Tap):
         ),
     ).to_dict()
 
+    # -- state -------------------------------------------------------------------------------------
+    @classmethod
+    def invoke(cls, *, state: t.IO[str] | None = None, **options) -> None:  # ty:ignore[invalid-method-override]
+        """The SDK's run, with a state file that is not a JSON object refused naming the file."""
+        if state is not None:
+            text, name = state.read(), getattr(state, "name", "--state")
+            try:
+                loaded = json.loads(text)
+            except ValueError as exc:
+                raise ConfigError(f"state file {name}: not JSON ({exc})") from None
+            if not isinstance(loaded, dict):
+                raise ConfigError(f"state file {name}: a state must be a JSON object, got a {type(loaded).__name__}")
+            state = io.StringIO(text)
+        super().invoke(state=state, **options)
+
+    def load_state(self, state: dict[str, t.Any]) -> None:
+        """Meltano's wrapped ``{"singer_state": ...}`` is unwrapped; a state that is not tap-singerlake's
+        (another tap's bookmarks, no ``position``) is refused rather than read as "replay everything"."""
+        if set(state) == {"singer_state"} and isinstance(state["singer_state"], dict):
+            state = state["singer_state"]
+        unknown = sorted(set(state) - STATE_KEYS)
+        if unknown:
+            raise ConfigError(f"state: {unknown} are not Singer state keys; expected {{'bookmarks': {{<stream>: {{'position': ...}}}}}}")
+        bookmarks = state.get("bookmarks", {})
+        if not isinstance(bookmarks, dict) or not all(isinstance(value, dict) for value in bookmarks.values()):
+            raise ConfigError("state: 'bookmarks' must be an object of one object per stream")
+        for stream, bookmark in bookmarks.items():
+            if bookmark and "position" not in bookmark:
+                raise ConfigError(
+                    f"state: stream {stream!r} has bookmark keys {sorted(bookmark)} but no 'position': it is not a "
+                    "tap-singerlake state (another tap's?); remove the stream's bookmark to replay it from the start"
+                )
+        super().load_state(state)
+
     # -- settings ----------------------------------------------------------------------------------
+    def _validate_config(self, *, raise_errors: bool = True) -> list[str]:
+        try:
+            return super()._validate_config(raise_errors=raise_errors)
+        except ConfigValidationError as exc:
+            raise invalid_settings(exc) from None
+
     @property
     def lake(self) -> Lake:
         if not hasattr(self, "_lake"):
@@ -180,6 +220,10 @@ class TapSingerlake(Tap):
 
     # -- replay ------------------------------------------------------------------------------------
     def sync_all(self) -> None:
+        bookmarks = self.state.get("bookmarks", {})  # read, not through stream_state (which would add empty entries)
+        for stream in self.streams.values():  # every bookmark is checked before anything is emitted
+            if stream.selected:
+                check_bookmark(Position.from_bookmark(bookmarks.get(stream.name, {}).get("position"), stream.name), stream.manifest)
         if self.state:
             self.state_writer.write_state(self.state)
         for stream in self.streams.values():

@@ -16,6 +16,8 @@ import logging
 import os
 import sys
 
+from singerlake.settings import config_paths
+
 EARLY_START_SKIPPED_BY = {"--about", "--help", "--version", "--discover", "--test"}
 
 
@@ -28,7 +30,7 @@ def local_master_from_argv(argv: list[str]) -> str | None:
     ):
         return None
     config: dict = {}
-    for path in _config_paths(argv):
+    for path in config_paths(argv):
         try:
             with open(path, encoding="utf-8") as handle:
                 loaded = json.load(handle)
@@ -43,32 +45,24 @@ def local_master_from_argv(argv: list[str]) -> str | None:
     return master
 
 
-def _config_paths(argv: list[str]):
-    for index, arg in enumerate(argv):
-        if arg == "--config" and index + 1 < len(argv):
-            yield argv[index + 1]
-        elif arg.startswith("--config="):
-            yield arg.split("=", 1)[1]
-
-
 def main() -> None:
     master = local_master_from_argv(sys.argv[1:])
     if master is not None:
         from singerlake.spark import prelaunch
 
         prelaunch(master)
-    from target_singerlake.target import ConfigError, TargetSingerlake
+    from singer_sdk.exceptions import MissingKeyPropertiesError, RecordsWithoutSchemaException
+    from singerlake.errors import run_command, sdk_cli_exit_code
+    from singerlake.settings import check_config_files
 
-    try:
-        TargetSingerlake.cli()
-        code = 0
-    except ConfigError as exc:  # expected: one line naming the setting at fault, no traceback
-        print(f"target-singerlake: error: {exc}", file=sys.stderr)
-        code = 2
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 1
-        if isinstance(exit_.code, str):
-            print(exit_.code, file=sys.stderr)
+    from target_singerlake.target import TargetSingerlake
+
+    # Expected errors (settings, input, storage, landing) are one line and exit 2 (SINGERLAKE_DEBUG=1: with the traceback).
+    def run() -> int:
+        check_config_files(sys.argv[1:])
+        return sdk_cli_exit_code(TargetSingerlake.cli)
+
+    code = run_command("target-singerlake", run, expected=(RecordsWithoutSchemaException, MissingKeyPropertiesError))
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import typing as t
 import uuid
@@ -16,22 +17,20 @@ from collections import Counter
 
 from singer_sdk import Target
 from singer_sdk import typing as th
-from singer_sdk.exceptions import MissingKeyPropertiesError, RecordsWithoutSchemaException
+from singer_sdk.exceptions import ConfigValidationError, MissingKeyPropertiesError, RecordsWithoutSchemaException
 from singer_sdk.helpers.capabilities import PluginCapabilities, TargetCapabilities
 from singer_sdk.singerlib.encoding.base import GenericSingerReader
 from singer_sdk.sinks import RecordSink
 from singerlake import Lake
 from singerlake.catalogue import ANNOTATIONS
+from singerlake.errors import INTERRUPTED_EXIT, ConfigError, Interrupted
+from singerlake.java import ensure_java
 from singerlake.landing import Lander, LandingSettings, Terminated
 from singerlake.messages import MissingKeyProperties, RecordBeforeSchema
-from singerlake.settings import LAKE_LOCATION, lake_root, storage_options
+from singerlake.settings import LAKE_LOCATION, invalid_settings, lake_root, storage_options
 from singerlake.spark import SparkStarter, SparkStartError, resolve_master, runs_on_this_machine, spark_session, stop_session
 from singerlake.spark_write import warm_up
 from singerlake.storage import LocalStorage, StorageError
-
-
-class ConfigError(ValueError):
-    """A setting is wrong; the message names it."""
 
 
 class UnusedSink(RecordSink):
@@ -139,6 +138,12 @@ class TargetSingerlake(Target):
         self.lander = Lander(self.lake, self._landing_settings(), self.spark, self._emit_state)
 
     # -- settings, checked before any input is read ------------------------------------------------
+    def _validate_config(self, *, raise_errors: bool = True) -> list[str]:
+        try:
+            return super()._validate_config(raise_errors=raise_errors)
+        except ConfigValidationError as exc:
+            raise invalid_settings(exc) from None
+
     @classmethod
     def append_builtin_config(cls, config_jsonschema: dict) -> None:
         """No SDK record settings (metadata columns, load method, flattening): records are stored as sent."""
@@ -189,6 +194,8 @@ class TargetSingerlake(Target):
             raise ConfigError(f"setting 'spark_conf': values must be strings, numbers or booleans (see {bad})")
 
         master, remote = self._spark_place()
+        if remote is None:
+            ensure_java()  # no Java: say so now, before any input is read or any stream is registered
 
         def start():
             return spark_session(master=master, app_name=f"target-singerlake {self._tap_id()}", conf=conf, remote=remote)
@@ -230,6 +237,8 @@ class TargetSingerlake(Target):
             self.lander.finish()
         finally:
             self._stop_cluster_application()
+        if self.interrupted:  # committed, STATE out; but the run did not end by itself
+            raise SystemExit(INTERRUPTED_EXIT)
 
     def _stop_cluster_application(self) -> None:
         """Stop a cluster application (local-cluster, spark://, k8s, yarn) so the cluster sees it finish.
@@ -248,11 +257,19 @@ class TargetSingerlake(Target):
             except Exception as exc:  # Spark already gone: the run's outcome is decided, only report it
                 self.logger.warning("could not stop the Spark application: %s", exc)
 
+    interrupted = False  # by Ctrl-C (SIGINT): the run then exits 130 once what was received is committed
+
     def _handle_termination(self, signum, frame) -> None:  # pragma: no cover - exercised by subprocess tests
         lander = getattr(self, "lander", None)
         if lander is None:
             raise SystemExit(128 + signum)
-        self.logger.info("Received signal %d: stop reading, commit, emit STATE, exit", signum)
+        if signum == signal.SIGINT:
+            if self.interrupted:
+                raise Interrupted("interrupted: stopped without committing the last batch")  # the second Ctrl-C
+            self.interrupted = True
+            self.logger.warning("Interrupted: committing what was received, then exiting 130 (Ctrl-C again: stop without committing)")
+        else:
+            self.logger.info("Received signal %d: stop reading, commit, emit STATE, exit", signum)
         lander.request_stop()
 
 

@@ -7,8 +7,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from singerlake.errors import SingerlakeError
 
-class StorageError(Exception):
+
+class StorageError(SingerlakeError):
     """A storage operation failed; the message names the object."""
 
 

@@ -190,8 +190,8 @@ class S3Storage(Storage):
         try:
             self.client.head_bucket(Bucket=self.bucket)
             return True
-        except ClientError as exc:
-            if str(exc.response.get("Error", {}).get("Code")) in ("404", "NoSuchBucket", "NotFound"):
+        except Exception as exc:  # also an unreachable endpoint: a StorageError naming the root
+            if isinstance(exc, ClientError) and str(exc.response.get("Error", {}).get("Code")) in ("404", "NoSuchBucket", "NotFound"):
                 return False
             raise self._error(exc, "", "head bucket") from exc
 
