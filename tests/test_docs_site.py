@@ -118,7 +118,9 @@ class RecordingProxy:
             with conn:
                 conn.settimeout(5)
                 try:
-                    self.requests.append(conn.recv(4096).split(b"\r\n", 1)[0].decode("latin-1"))
+                    line = conn.recv(4096).split(b"\r\n", 1)[0].decode("latin-1")
+                    if line:  # a connection opened and closed unused (a pre-connect) asks for nothing
+                        self.requests.append(line)
                     conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                 except OSError:
                     pass

@@ -332,7 +332,8 @@ def test_a_local_lake_root_with_a_cluster_is_refused_unless_shared(standalone, s
     assert "Traceback" not in stderr and run.stdout == b""
     assert not (tmp_path / "lake").exists()
 
-    cli = singerlake_cli("verify", str(tmp_path), "--spark-master", standalone)
+    (tmp_path / "other" / "raw").mkdir(parents=True)  # a lake (with nothing in it yet)
+    cli = singerlake_cli("verify", str(tmp_path / "other"), "--spark-master", standalone)
     assert cli.returncode == 2 and "--lake-root-shared" in cli.stderr and "Traceback" not in cli.stderr, cli.stderr
 
 
