@@ -16,13 +16,13 @@ The projection types columns exactly instead (decimals, JSON text for what fits 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import date, datetime, timezone
+from datetime import date
 from decimal import Decimal
 from typing import Any
 
 from pyspark.sql import types as T
 
-from singerlake.exact import json_text
+from singerlake.exact import JSON_FIELD, json_text, parse_timestamp
 
 INT64 = (-(2**63), 2**63 - 1)
 
@@ -64,26 +64,13 @@ def is_json_text(schema: dict) -> bool:
 
 
 def struct_type(schema: dict) -> T.StructType:
-    """The properties as fields; a JSON-text one is marked in its metadata (``JSON_TEXT``)."""
+    """The properties as fields; a JSON-text one is marked in its metadata as the projection marks it (``JSON_FIELD``)."""
     return T.StructType(
         [
-            T.StructField(name, spark_type(spec), metadata=JSON_TEXT if is_json_text(spec) else None)
+            T.StructField(name, spark_type(spec), metadata=JSON_FIELD if is_json_text(spec) else None)
             for name, spec in schema.get("properties", {}).items()
         ]
     )
-
-
-JSON_TEXT = {"singerlake.json": "true", "comment": "JSON text"}
-
-
-def _timestamp(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value[:-1] + "+00:00" if value[-1:] in "Zz" else value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
 def _date(value: Any) -> date | None:
@@ -111,7 +98,7 @@ def converter(data_type: T.DataType, json_column: bool = False) -> Callable[[Any
     if isinstance(data_type, T.BooleanType):
         return lambda v: v if isinstance(v, bool) else None
     if isinstance(data_type, T.TimestampType):
-        return _timestamp
+        return parse_timestamp
     if isinstance(data_type, T.DateType):
         return _date
     if isinstance(data_type, T.StructType):
@@ -122,8 +109,12 @@ def converter(data_type: T.DataType, json_column: bool = False) -> Callable[[Any
     return _json_text if json_column else _string
 
 
+def _is_json_field(field: T.StructField) -> bool:
+    return field.metadata.get("singerlake.json") == JSON_FIELD["singerlake.json"]
+
+
 def row_converter(struct: T.StructType) -> Callable[[Any], tuple | None]:
-    fields = [(field.name, converter(field.dataType, field.metadata.get("singerlake.json") == "true")) for field in struct.fields]
+    fields = [(field.name, converter(field.dataType, _is_json_field(field))) for field in struct.fields]
     return lambda v: tuple(convert(v.get(name)) for name, convert in fields) if isinstance(v, dict) else None
 
 
