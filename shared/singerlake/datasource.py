@@ -119,22 +119,25 @@ def plan_files(manifest: Manifest, hashes: set[str], after: Position | None, unt
     return files
 
 
-def file_rows(storage: Storage, schema: T.StructType, file: dict) -> Iterator[tuple]:
-    """The rows of one planned file (``plan_files``) under ``schema`` (properties, then POSITION_COLUMNS),
-    read after checking the file against its blake2 hash."""
-    properties = T.StructType(schema.fields[: -len(POSITION_COLUMNS)])
-    convert = row_converter(properties)
+def planned_lines(storage: Storage, file: dict) -> Iterator[tuple[int, int, int, bytes]]:
+    """``(index, commit, position, line)`` of each RECORD line of a planned file (``plan_files``) not read
+    yet, after checking the file against its blake2 hash; ``index`` counts from the first RECORD line."""
     positions = [(commit, first + i) for commit, first, count in file["runs"] for i in range(count)]
     with open_verified(storage, file["entry"]) as stored, gzip.GzipFile(fileobj=stored, mode="rb") as unzipped:
         unzipped.readline()  # the SCHEMA line
         for index, line in enumerate(unzipped):
-            if index < file["skip"]:
-                continue
-            message = decode(line)
-            ms = record_time_ms(message, None)  # SPEC.md §1; None: the record has no time of its own
-            time = None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-            commit, position = positions[index]
-            yield (*convert(message.get("record") or {}), commit, position, file["version"], time)
+            if index >= file["skip"]:
+                yield (index, *positions[index], line)
+
+
+def file_rows(storage: Storage, schema: T.StructType, file: dict) -> Iterator[tuple]:
+    """The rows of one planned file (``plan_files``) under ``schema`` (properties, then POSITION_COLUMNS)."""
+    convert = row_converter(T.StructType(schema.fields[: -len(POSITION_COLUMNS)]))
+    for _, commit, position, line in planned_lines(storage, file):
+        message = decode(line)
+        ms = record_time_ms(message, None)  # SPEC.md §1; None: the record has no time of its own
+        time = None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+        yield (*convert(message.get("record") or {}), commit, position, file["version"], time)
 
 
 class _FilePartition(InputPartition):

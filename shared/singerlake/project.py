@@ -22,7 +22,6 @@ rewritten whole. Both give the same rows and types.
 from __future__ import annotations
 
 import functools
-import gzip
 import io
 import math
 from collections.abc import Iterator
@@ -34,7 +33,7 @@ from typing import Any
 
 from singerlake import delta
 from singerlake.catalogue import replay_schema
-from singerlake.datasource import plan_files
+from singerlake.datasource import plan_files, planned_lines
 from singerlake.errors import ConfigError, SingerlakeError
 from singerlake.exact import column_type, converter, decode, join_all, json_text, need_of, table_schema
 from singerlake.jobs import Failures, Progress, StreamFailure, for_each_stream, run_items, run_stream_items, selected_streams
@@ -42,7 +41,7 @@ from singerlake.lake import Lake
 from singerlake.manifest import Manifest
 from singerlake.messages import decode_envelope
 from singerlake.paths import encode_segment, new_file_id
-from singerlake.replay import Position, check_bookmark, open_verified
+from singerlake.replay import Position, check_bookmark
 from singerlake.singer_file import record_time_ms
 from singerlake.storage import Storage
 
@@ -73,20 +72,14 @@ def staging_schema():
 # -- reading the raw records ------------------------------------------------------------------------
 def file_staging_rows(storage: Storage, keys: list[str], file: dict) -> Iterator[tuple]:
     """Staging rows of one planned data file (``datasource.plan_files``), read after checking its hash."""
-    positions = [(commit, first + i) for commit, first, count in file["runs"] for i in range(count)]
-    with open_verified(storage, file["entry"]) as stored, gzip.GzipFile(fileobj=stored, mode="rb") as unzipped:
-        unzipped.readline()  # the SCHEMA line
-        for index, line in enumerate(unzipped):
-            if index < file["skip"]:
-                continue
-            envelope = decode_envelope(line, index + 2)
-            text = bytes(envelope.record).decode() or "{}"
-            record = decode(text)
-            record = record if isinstance(record, dict) else {}
-            ms = record_time_ms({"time_extracted": envelope.time_extracted, "record": record}, None)
-            key = json_text([record.get(name) for name in keys]) if keys else None
-            commit, position = positions[index]
-            yield (key, commit, position, file["version"], ms, text)
+    for index, commit, position, line in planned_lines(storage, file):
+        envelope = decode_envelope(line, index + 2)
+        text = bytes(envelope.record).decode() or "{}"
+        record = decode(text)
+        record = record if isinstance(record, dict) else {}
+        ms = record_time_ms({"time_extracted": envelope.time_extracted, "record": record}, None)
+        key = json_text([record.get(name) for name in keys]) if keys else None
+        yield (key, commit, position, file["version"], ms, text)
 
 
 def read_new_records(storage: Storage, keys: list[str], files: list[dict]):
