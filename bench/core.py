@@ -12,9 +12,9 @@ import json
 import tempfile
 import time
 
-from singerlake.commit import commit_files
-from singerlake.paths import StreamPaths
-from singerlake.singer_file import write_data_file
+from singerlake.commits.commit import commit_files
+from singerlake.format.datafile import write_data_file
+from singerlake.format.layout import StreamPaths
 from singerlake.storage import LocalStorage
 
 

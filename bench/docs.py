@@ -23,9 +23,9 @@ from pathlib import Path
 from gen_streams import KIND_NAMES, KINDS, STAMP
 from measure import measure
 from singerlake import Lake, SchemaWriter
-from singerlake.paths import now_ms
-from singerlake.site import page_name
+from singerlake.jobs.site import page_name
 from singerlake.storage import LocalStorage
+from singerlake.times import now_ms
 
 TAP = "tap-postgres"
 ANNOTATIONS = {

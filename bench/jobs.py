@@ -20,10 +20,10 @@ from pathlib import Path
 
 from measure import measure
 from singerlake import Lake
-from singerlake.manifest import Manifest
-from singerlake.paths import StreamPaths
-from singerlake.schema_hash import schema_hash
-from singerlake.singer_file import write_data_file
+from singerlake.format.datafile import write_data_file
+from singerlake.format.layout import StreamPaths
+from singerlake.format.manifest import Manifest
+from singerlake.format.schema_hash import schema_hash
 from singerlake.storage import LocalStorage
 
 OUT = Path(__file__).resolve().parent / "out"

@@ -27,13 +27,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from singerlake.commit import commit_files, commit_many, register_writer
+from singerlake.commits.commit import commit_files, commit_many, register_writer
+from singerlake.format.layout import PART_DIR, StreamPaths
+from singerlake.format.metadata import blake2_hex, make_record
+from singerlake.format.names import normalise_label
+from singerlake.format.schema_hash import schema_hash
 from singerlake.lake import Lake
-from singerlake.metadata import blake2_hex, make_record
-from singerlake.paths import PART_DIR, StreamPaths, new_file_id, normalise_label
-from singerlake.replay import Window
-from singerlake.schema_hash import schema_hash
+from singerlake.replay.stream import Window
 from singerlake.storage import LocalStorage
+from singerlake.times import new_file_id
 
 YEAR_MS = 365 * 24 * 3600 * 1000
 T0 = 1_700_000_000_000

@@ -48,7 +48,7 @@ SECOND = Shape("second", 300, 5, first_id=MANY.records + 1)  # 5 new records per
 JOBS = ["verify", "compact", "project"]  # in this order, on the lake left by SECOND
 BASELINE_LABEL = "Spark session start + one Python task"
 BASELINE = """
-from singerlake.spark import spark_session
+from singerlake.spark.session import spark_session
 spark = spark_session(master="local[*]")
 assert spark.range(1).mapInArrow(lambda batches: batches, "id long").collect()[0].id == 0
 """

@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 
 from singerlake import Lake
-from singerlake.cli import describe_lake
-from singerlake.spark import spark_session
+from singerlake.jobs.describe import describe_lake
+from singerlake.spark.session import spark_session
 
 HERE = Path(__file__).parent
 

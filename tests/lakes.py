@@ -15,8 +15,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from singerlake.format.layout import StreamPaths
 from singerlake.lake import Lake
-from singerlake.paths import StreamPaths
 from singerlake.storage import LocalStorage, S3Storage, Storage
 from target_singerlake.target import TargetSingerlake
 

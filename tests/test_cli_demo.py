@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from singerlake import java
+from singerlake.spark import java
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "demo" / "sample.singer.jsonl"

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 from children import open_spec, run_together, spawn
-from singerlake.commit import CommitRejected, commit_files, register_writer
+from singerlake.commits.commit import CommitRejected, commit_files, register_writer
+from singerlake.commits.lock import Lock
+from singerlake.format.datafile import write_data_file
+from singerlake.format.layout import StreamPaths
+from singerlake.format.schema_hash import schema_hash
 from singerlake.lake import Lake
-from singerlake.lock import Lock
-from singerlake.paths import StreamPaths, now_ms
-from singerlake.schema_hash import schema_hash
-from singerlake.singer_file import write_data_file
+from singerlake.times import now_ms
 
 TAP = "tap-concurrency"
 STREAM = "events"

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from lakes import record_msg
 from singerlake import Lake, SchemaWriter
-from singerlake.lock import Lock
-from singerlake.paths import StreamPaths
-from singerlake.schema_hash import schema_hash
-from singerlake.site import page_name, per_day
+from singerlake.commits.lock import Lock
+from singerlake.format.layout import StreamPaths
+from singerlake.format.schema_hash import schema_hash
+from singerlake.jobs.site import page_name, per_day
 from singerlake.storage import LocalStorage, S3Storage
 
 CLI = [sys.executable, "-m", "singerlake.cli"]

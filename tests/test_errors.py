@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from lakes import CLI as TARGET_CLI
 from lakes import TAP, USERS, joined, land, local_lake_at, record_msg, run_cli, schema_msg
-from singerlake.paths import StreamPaths, iso_ms
+from singerlake.format.layout import StreamPaths
+from singerlake.times import iso_ms
 from test_tap import TAP_CLI, run_tap, sample_input, tap_config
 
 SINGERLAKE = [sys.executable, "-m", "singerlake.cli"]
@@ -95,7 +96,7 @@ def test_compact_stream_without_tap_is_a_usage_error(landed):
 
 def test_spark_command_without_pyspark_says_what_to_install(landed):
     """A tap-only install has the core without its spark extra: verify says so instead of a ModuleNotFoundError."""
-    code = "import sys; sys.modules['pyspark'] = None; from singerlake.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; sys.modules['pyspark'] = None; from singerlake.cli.main import main; sys.exit(main(sys.argv[1:]))"
     hidden = subprocess.run([sys.executable, "-c", code, "verify", str(landed.storage.root)], capture_output=True, text=True, timeout=120)
     assert_one_line_error(hidden, "singerlake verify", "singerlake[spark]", "--no-hashes")
 

@@ -20,29 +20,17 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from singerlake import Lake, SchemaWriter
-from singerlake.manifest import Manifest
-from singerlake.metadata import InvalidMetadata, make_record, validate_record
-from singerlake.paths import (
-    DATA_SUFFIX,
-    MAX_SEGMENT_BYTES,
-    NAME_FILE,
-    RAW,
-    ROOT_METADATA,
-    DataFileName,
-    StreamPaths,
-    UnsafeName,
-    check_key,
-    decode_segment,
-    encode_segment,
-    file_id_ms,
-    is_truncated,
-    new_file_id,
-    to_ms,
-)
-from singerlake.scan import scan_stream
-from singerlake.schema_hash import HASH_LENGTH, encode64, is_schema_hash, schema_hash
-from singerlake.singer_file import encode, parse_time_ms, record_time_ms, store, summarise, write_data_file
+from singerlake.errors import UnsafeName
+from singerlake.format.datafile import encode, store, summarise, write_data_file
+from singerlake.format.layout import DATA_SUFFIX, NAME_FILE, RAW, ROOT_METADATA, DataFileName, StreamPaths
+from singerlake.format.manifest import Manifest
+from singerlake.format.metadata import InvalidMetadata, make_record, validate_record
+from singerlake.format.names import MAX_SEGMENT_BYTES, decode_segment, encode_segment, is_truncated
+from singerlake.format.scan import scan_stream
+from singerlake.format.schema_hash import HASH_LENGTH, encode64, is_schema_hash, schema_hash
 from singerlake.storage import LocalStorage, PreconditionFailed, S3Storage
+from singerlake.storage.base import check_key
+from singerlake.times import file_id_ms, new_file_id, parse_time_ms, record_time_ms, to_ms
 
 SEGMENT = re.compile(r"^[a-z0-9_~-]+$")
 CROCKFORD = set("0123456789abcdefghjkmnpqrstvwxyz")
@@ -484,6 +472,13 @@ def test_data_file_names_round_trip_any_time(dt):
     assert DataFileName.parse(key) == DataFileName(encode_segment("a-b-c"), "0123456789abc", ms, ms + 1, file_id)
 
 
+def message_time(message: dict, received: int) -> int | None:
+    record = message.get("record")
+    return record_time_ms(
+        message.get("time_extracted"), lambda: record.get("_sdc_extracted_at") if isinstance(record, dict) else None, received
+    )
+
+
 def test_record_time_prefers_time_extracted_then_sdc_extracted_at_then_receipt():
     received = 1_234_567_890_123
     both = {
@@ -491,23 +486,24 @@ def test_record_time_prefers_time_extracted_then_sdc_extracted_at_then_receipt()
         "time_extracted": "2024-01-01T00:00:00.000000+05:30",
         "record": {"_sdc_extracted_at": "2023-06-01T12:00:00Z"},
     }
-    assert record_time_ms(both, received) == to_ms(datetime(2023, 12, 31, 18, 30, tzinfo=timezone.utc))
+    assert message_time(both, received) == to_ms(datetime(2023, 12, 31, 18, 30, tzinfo=timezone.utc))
     only_sdc = {"type": "RECORD", "record": {"_sdc_extracted_at": "2023-06-01T12:00:00.250Z"}}
-    assert record_time_ms(only_sdc, received) == 1_685_620_800_250
+    assert message_time(only_sdc, received) == 1_685_620_800_250
     bad_then_sdc = {"type": "RECORD", "time_extracted": "yesterday", "record": {"_sdc_extracted_at": "2023-06-01T12:00:00Z"}}
-    assert record_time_ms(bad_then_sdc, received) == 1_685_620_800_000
+    assert message_time(bad_then_sdc, received) == 1_685_620_800_000
     naive = {"type": "RECORD", "time_extracted": "2023-06-01T12:00:00"}
-    assert record_time_ms(naive, received) == 1_685_620_800_000
-    assert record_time_ms({"type": "RECORD", "record": {"id": 1}}, received) == received
-    assert record_time_ms({"type": "RECORD", "time_extracted": None, "record": "not a dict"}, received) == received
-    assert record_time_ms({"type": "RECORD", "time_extracted": 1_700_000_000}, received) == received
+    assert message_time(naive, received) == 1_685_620_800_000
+    assert message_time({"type": "RECORD", "record": {"id": 1}}, received) == received
+    assert message_time({"type": "RECORD", "time_extracted": None, "record": "not a dict"}, received) == received
+    assert message_time({"type": "RECORD", "time_extracted": 1_700_000_000}, received) == received
+    assert message_time({"type": "RECORD", "record": {"_sdc_extracted_at": "1970-01-01T00:00:00Z"}}, received) == 0
 
 
 def test_pre_epoch_record_times_do_not_break_the_stream(storage):
     """A tap reporting an extraction time before 1970 must not leave a file no scan can read."""
     received = 1_700_000_000_000
     message = {"type": "RECORD", "stream": "s", "time_extracted": "1960-01-01T00:00:00Z", "record": {"id": 1}}
-    time_ms = record_time_ms(message, received)
+    time_ms = message_time(message, received)
     assert time_ms >= 0
     paths = StreamPaths("tap", "s")
     digest = _schema_hash_of(SCHEMA_LINE)

@@ -20,19 +20,20 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from singerlake import manifest as manifest_module
-from singerlake.commit import commit_files, register_writer, write_manifest
-from singerlake.compact import merge_group, merged_runs, plan_groups, swap_in
+from singerlake.commits.commit import commit_files, register_writer, write_manifest
+from singerlake.format import manifest as manifest_module
+from singerlake.format.datafile import write_data_file
+from singerlake.format.layout import StreamPaths
+from singerlake.format.manifest import Manifest
+from singerlake.format.metadata import InvalidMetadata
+from singerlake.format.positions import Position
+from singerlake.format.scan import scan_stream
+from singerlake.format.schema_hash import schema_hash
+from singerlake.jobs.compact import merge_group, merged_runs, plan_groups, swap_in
+from singerlake.jobs.vacuum import vacuum_stream
 from singerlake.lake import Lake
-from singerlake.manifest import Manifest
-from singerlake.metadata import InvalidMetadata
-from singerlake.paths import StreamPaths
-from singerlake.replay import Activate, Lines, Position, Reached, StreamReplay, Window
-from singerlake.scan import scan_stream
-from singerlake.schema_hash import schema_hash
-from singerlake.singer_file import write_data_file
+from singerlake.replay.stream import Activate, Lines, Reached, StreamReplay, Window
 from singerlake.storage import LocalStorage, S3Storage, Storage
-from singerlake.vacuum import vacuum_stream
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}}
 HASH = schema_hash(SCHEMA, [])

@@ -21,19 +21,20 @@ import pyarrow.parquet as pq
 import pytest
 from lakes import TAP, LakeUnderTest, joined, land, local_lake_at, record_msg, schema_msg
 from singerlake import Lake
-from singerlake.compact import compact, compact_stream
-from singerlake.datasource import register
-from singerlake.manifest import Manifest
-from singerlake.paths import StreamPaths, iso_ms, now_ms
-from singerlake.project import project
-from singerlake.repair import repair
-from singerlake.replay import BadBookmark
-from singerlake.schema_hash import schema_hash
-from singerlake.singer_file import write_data_file
-from singerlake.spark import spark_session
+from singerlake.format.datafile import write_data_file
+from singerlake.format.layout import StreamPaths
+from singerlake.format.manifest import Manifest
+from singerlake.format.positions import BadBookmark
+from singerlake.format.schema_hash import schema_hash
+from singerlake.jobs.compact import compact, compact_stream
+from singerlake.jobs.project import project
+from singerlake.jobs.repair import repair
+from singerlake.jobs.vacuum import vacuum
+from singerlake.jobs.verify import verify
+from singerlake.replay.datasource import register
+from singerlake.spark.session import spark_session
 from singerlake.storage import S3Storage
-from singerlake.vacuum import vacuum
-from singerlake.verify import verify
+from singerlake.times import iso_ms, now_ms
 from test_tap import last_state, of_type, replay, sample_input
 
 CLI = shutil.which("singerlake", path=str(Path(sys.executable).parent)) or "singerlake"
@@ -259,7 +260,7 @@ def test_data_source_reads_a_stream_typed_with_positions(lake, spark):
 def published_table(lake: LakeUnderTest, stream: str, version: int | None = None):
     """The stream's Delta table, read by delta-rs (not by this project's code)."""
     from deltalake import DeltaTable
-    from singerlake.delta import storage_options, table_key, table_uri
+    from singerlake.jobs.delta import storage_options, table_key, table_uri
 
     uri = table_uri(lake.storage, table_key(TAP, stream))
     return DeltaTable(uri, version=version, storage_options=storage_options(lake.storage)).to_pyarrow_table()
@@ -271,7 +272,7 @@ def published_rows(lake: LakeUnderTest, stream: str) -> list[dict]:
 
 def staging_rows(lake: LakeUnderTest, stream: str) -> list[dict]:
     """The current staging parts' rows, as the table's latest commit lists them."""
-    from singerlake.delta import latest, table_key
+    from singerlake.jobs.delta import latest, table_key
 
     parts = latest(lake.storage, table_key(TAP, stream)).state["parts"]
     return [row for part in parts for row in pq.read_table(io.BytesIO(lake.read(part["staging"]))).to_pylist()]
@@ -471,7 +472,7 @@ def test_jobs_run_on_a_local_cluster(local_lake):
 
 
 def test_progress_reports_files_and_bytes_when_shown(local_lake, spark, capsys):
-    from singerlake.jobs import Progress
+    from singerlake.jobs.runner import Progress
 
     land(local_lake.config, sample_input(), batch_max_rows=10)
     files = [f for stream in ("users", "public.orders") for f in local_lake.manifest(stream)["files"]]

@@ -19,11 +19,11 @@ from contextlib import redirect_stdout
 import pytest
 from lakes import TAP, LakeUnderTest, joined, record_msg, schema_msg, state_msg
 from singerlake import Lake
-from singerlake.commit import register_writer
-from singerlake.landing import LandingError
-from singerlake.paths import StreamPaths, catalogue_key
-from singerlake.scan import scan_stream
-from singerlake.schema_hash import schema_hash
+from singerlake.commits.commit import register_writer
+from singerlake.format.layout import StreamPaths, catalogue_key
+from singerlake.format.scan import scan_stream
+from singerlake.format.schema_hash import schema_hash
+from singerlake.landing.lander import LandingError
 from target_singerlake.target import TargetSingerlake
 from test_target_cluster import CLUSTER, nearest_jvm, probed_env, writers
 from test_target_crash import run_to_end

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 from children import open_spec, run_together, spawn
-from singerlake.commit import CommitRejected
+from singerlake.commits.commit import CommitRejected
+from singerlake.commits.lock import Lock, LockLost, LockTimeout, read_lock
+from singerlake.commits.writer import SchemaWriter
+from singerlake.format.layout import StreamPaths
 from singerlake.lake import Lake
-from singerlake.lock import Lock, LockLost, LockTimeout, read_lock
-from singerlake.paths import StreamPaths, now_ms
-from singerlake.writer import SchemaWriter
+from singerlake.times import now_ms
 
 TAP = "tap-locktest"
 SCHEMA_MESSAGE = {

@@ -18,11 +18,11 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lakes import TAP, LakeUnderTest, joined, land, local_lake_at, record_msg, schema_msg
-from singerlake.delta import storage_options, table_key, table_uri
-from singerlake.exact import decode, json_text
-from singerlake.project import project
+from singerlake.format.exact import decode, json_text
+from singerlake.jobs.delta import storage_options, table_key, table_uri
+from singerlake.jobs.project import project
+from singerlake.jobs.vacuum import vacuum
 from singerlake.storage import S3Storage
-from singerlake.vacuum import vacuum
 from test_lake_jobs import open_lake, run_cli, spark  # noqa: F401  (spark: the module's session fixture)
 
 STREAM = "public.tricky"

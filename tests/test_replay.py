@@ -9,11 +9,12 @@ import tempfile
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from singerlake.manifest import Manifest
-from singerlake.paths import StreamPaths
-from singerlake.replay import Activate, BadBookmark, Lines, Position, Reached, Schema, StreamReplay
-from singerlake.schema_hash import schema_hash
-from singerlake.singer_file import write_data_file
+from singerlake.format.datafile import write_data_file
+from singerlake.format.layout import StreamPaths
+from singerlake.format.manifest import Manifest
+from singerlake.format.positions import BadBookmark, Position
+from singerlake.format.schema_hash import schema_hash
+from singerlake.replay.stream import Activate, Lines, Reached, Schema, StreamReplay
 from singerlake.storage import LocalStorage, Storage
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}}

@@ -102,7 +102,7 @@ def test_a_spark_start_prints_no_jvm_banner(tmp_path):
 def test_spark_errors_stay_visible_in_the_logs_layout(tmp_path):
     """The quiet start keeps what matters: an error logged in the driver JVM reaches stderr, in our layout."""
     code = (
-        "from singerlake.spark import spark_session\n"
+        "from singerlake import spark_session\n"
         "spark = spark_session('local[1]')\n"
         "spark._jvm.org.apache.logging.log4j.LogManager.getLogger('org.apache.spark.Probe').error('probe failure')\n"
         "spark._jvm.org.apache.logging.log4j.LogManager.getLogger('org.apache.spark.Probe').info('probe chatter')\n"

@@ -26,7 +26,7 @@ import pytest
 from conftest import S3_KEYS, _free_port
 from lakes import s3_lake_at
 from singerlake import Lake
-from singerlake.java import ensure_java
+from singerlake.spark.java import ensure_java
 from test_target_crash import STREAMS, TAP, assert_lake_complete, make_input, read_lake, run_to_end, write_config
 
 pytestmark = pytest.mark.heavy  # a standalone cluster, a Connect server, executor JVMs
@@ -219,8 +219,8 @@ def expected_records(small_input) -> dict[str, list[dict]]:
 
 DATASOURCE_SCRIPT = """
 import json, sys
-from singerlake.datasource import register
-from singerlake.spark import spark_session
+from singerlake.replay.datasource import register
+from singerlake.spark.session import spark_session
 lake, where, streams = json.loads(sys.argv[1])
 spark = spark_session(master=where.get("spark_master"), remote=where.get("spark_remote"), conf=where.get("spark_conf"))
 register(spark)

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 from lakes import TAP, LakeUnderTest, joined, land, record_msg, schema_msg, state_msg
-from singerlake.metadata import blake2_hex
-from singerlake.paths import StreamPaths
-from singerlake.singer_file import parse_time_ms, write_data_file
+from singerlake.format.datafile import write_data_file
+from singerlake.format.layout import StreamPaths
+from singerlake.format.metadata import blake2_hex
+from singerlake.times import parse_time_ms
 from tap_singerlake.tap import ConfigError, TapSingerlake
 
 TAP_CLI = shutil.which("tap-singerlake", path=str(Path(sys.executable).parent)) or "tap-singerlake"

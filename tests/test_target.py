@@ -39,9 +39,10 @@ from lakes import (
     state_msg,
 )
 from singer_sdk.exceptions import ConfigValidationError, MissingKeyPropertiesError, RecordsWithoutSchemaException
-from singerlake import Lake, spark_write
-from singerlake.paths import now_ms
-from singerlake.schema_hash import schema_hash
+from singerlake import Lake
+from singerlake.format.schema_hash import schema_hash
+from singerlake.landing import spark_write
+from singerlake.times import now_ms
 from target_singerlake.target import TargetSingerlake
 
 TS = r"\d{8}T\d{6}\.\d{3}Z"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from singerlake import Lake
-from singerlake.paths import StreamPaths
+from singerlake.format.layout import StreamPaths
 
 pytestmark = pytest.mark.heavy  # kill -9 and SIGTERM of real target processes, repeated
 

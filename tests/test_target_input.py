@@ -13,7 +13,7 @@ from pathlib import Path
 
 from lakes import CLI, TAP, USERS, joined, land, record_msg, schema_msg, state_msg
 from singerlake import Lake
-from singerlake.landing import Lander, LandingSettings
+from singerlake.landing.lander import Lander, LandingSettings
 
 HANG_S = 300  # hang detector, not a speed limit
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from singer_sdk.testing import get_target_test_class, target_test_streams
 from singerlake import Lake
-from singerlake.schema_hash import schema_hash
+from singerlake.format.schema_hash import schema_hash
 from target_singerlake.target import TargetSingerlake
 
 SUITE_ROOT = Path(tempfile.mkdtemp(prefix="singerlake-sdk-suite-")) / "lake"

@@ -26,6 +26,10 @@ class ConfigError(SingerlakeError, ValueError):
     """A setting or command-line argument is wrong; the message names it."""
 
 
+class UnsafeName(SingerlakeError, ValueError):
+    """A name or key that cannot be stored in the lake (it could leave the lake root)."""
+
+
 class Interrupted(SingerlakeError):
     """Stopped by a second Ctrl-C, without waiting for what was being committed."""
 
@@ -36,15 +40,20 @@ def debug_enabled() -> bool:
     return os.environ.get("SINGERLAKE_DEBUG", "").lower() in ("1", "true", "yes")
 
 
-def one_line(exc: BaseException) -> str:
-    """The error's message on one line (continuation lines of a chained message joined)."""
-    text = str(exc) or type(exc).__name__
-    return " ".join(part.strip() for part in text.splitlines() if part.strip())
+def one_line(exc: BaseException, expected: bool | None = None) -> str:
+    """An error on one line, its continuation lines joined. An expected error's message is all a user
+    needs; any other exception also says what it is (``OSError: ...``)."""
+    text = " ".join(str(exc).split())
+    if expected is None:
+        expected = isinstance(exc, SingerlakeError)
+    if expected and text:
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def report(prog: str, exc: BaseException) -> int:
     """Print an expected error as ``prog: error: ...``; return the exit code."""
-    print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
+    print(f"{prog}: error: {one_line(exc, expected=True)}", file=sys.stderr)
     return getattr(exc, "exit_code", USAGE_EXIT)
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from singerlake import catalogue as cat
-from singerlake.commit import compare_and_swap, update_manifest
+from singerlake.commits.commit import compare_and_swap, update_manifest
 from singerlake.errors import SingerlakeError
-from singerlake.manifest import Manifest
-from singerlake.parts import PartStore
-from singerlake.paths import NAME_FILE, RAW, ROOT_METADATA, StreamPaths, catalogue_key, decode_segment, is_truncated, tap_dir
-from singerlake.scan import scan_stream
+from singerlake.format import catalogue as cat
+from singerlake.format.layout import NAME_FILE, RAW, ROOT_METADATA, StreamPaths, catalogue_key, tap_dir
+from singerlake.format.manifest import Manifest
+from singerlake.format.names import decode_segment, is_truncated
+from singerlake.format.parts import PartStore
+from singerlake.format.scan import scan_stream
 from singerlake.storage import NotFound, PreconditionFailed, Storage, open_storage
 
 

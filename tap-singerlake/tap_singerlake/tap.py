@@ -25,12 +25,13 @@ from singer_sdk.helpers.capabilities import PluginCapabilities, TapCapabilities
 from singer_sdk.mapper import SameRecordTransform
 from singer_sdk.singerlib.json import deserialize_json
 from singerlake import Lake, LakeNotFound, UnknownTap
-from singerlake.catalogue import replay_schema
 from singerlake.errors import ConfigError
-from singerlake.manifest import Manifest
-from singerlake.replay import Activate, Lines, Position, Reached, Schema, StreamReplay, Window, check_bookmark
+from singerlake.format.catalogue import replay_schema
+from singerlake.format.manifest import Manifest
+from singerlake.format.positions import Position, check_bookmark
+from singerlake.replay.stream import Activate, Lines, Reached, Schema, StreamReplay, Window
 from singerlake.settings import LAKE_LOCATION, invalid_settings, lake_root, storage_options
-from singerlake.singer_file import parse_time_ms
+from singerlake.times import parse_time_ms
 
 ON_CORRUPT = ("fail", "skip")
 STATE_KEYS = {"bookmarks", "currently_syncing"}

@@ -48,7 +48,7 @@ def local_master_from_argv(argv: list[str]) -> str | None:
 def main() -> None:
     master = local_master_from_argv(sys.argv[1:])
     if master is not None:
-        from singerlake.spark import prelaunch
+        from singerlake.spark.session import prelaunch
 
         prelaunch(master)
     from singer_sdk.exceptions import MissingKeyPropertiesError, RecordsWithoutSchemaException

@@ -22,14 +22,15 @@ from singer_sdk.helpers.capabilities import PluginCapabilities, TargetCapabiliti
 from singer_sdk.singerlib.encoding.base import GenericSingerReader
 from singer_sdk.sinks import RecordSink
 from singerlake import Lake
-from singerlake.catalogue import ANNOTATIONS
 from singerlake.errors import INTERRUPTED_EXIT, ConfigError, Interrupted
-from singerlake.java import ensure_java
-from singerlake.landing import Lander, LandingSettings, Terminated
-from singerlake.messages import MissingKeyProperties, RecordBeforeSchema
+from singerlake.format.catalogue import ANNOTATIONS
+from singerlake.format.messages import MissingKeyProperties, RecordBeforeSchema
+from singerlake.landing.lander import Lander, LandingSettings, Terminated
+from singerlake.landing.spark_write import warm_up
 from singerlake.settings import LAKE_LOCATION, invalid_settings, lake_root, storage_options
-from singerlake.spark import SparkStarter, SparkStartError, resolve_master, runs_on_this_machine, spark_session, stop_session
-from singerlake.spark_write import warm_up
+from singerlake.spark.java import ensure_java
+from singerlake.spark.masters import resolve_master, runs_on_this_machine
+from singerlake.spark.session import SparkStarter, SparkStartError, spark_session, stop_session
 from singerlake.storage import LocalStorage, StorageError
 
 

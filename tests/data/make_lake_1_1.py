@@ -6,10 +6,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from singerlake.compact import merge_group, merged_runs, plan_groups, swap_in
+from singerlake.jobs.compact import merge_group, merged_runs, plan_groups, swap_in
 from singerlake.lake import Lake
-from singerlake.manifest import SPEC_VERSION
-from singerlake.writer import SchemaWriter
+from singerlake.format.manifest import SPEC_VERSION
+from singerlake.commits.writer import SchemaWriter
 
 assert SPEC_VERSION.startswith("1."), SPEC_VERSION
 out = Path(sys.argv[1])

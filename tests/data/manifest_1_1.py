@@ -7,10 +7,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from singerlake.metadata import InvalidMetadata, validate_record
-from singerlake.paths import file_id_ms, iso_ms
-from singerlake.schema_hash import is_schema_hash
+from singerlake.format.metadata import InvalidMetadata, validate_record
+from singerlake.format.schema_hash import is_schema_hash
 from singerlake.storage.base import Blob
+from singerlake.times import file_id_ms, iso_ms
 
 MANIFEST_FORMAT = "singerlake-manifest"
 SPEC_VERSION = "1.1"

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from singerlake.errors import SingerlakeError
+from singerlake.errors import SingerlakeError, UnsafeName
 
 
 class StorageError(SingerlakeError):
@@ -20,6 +20,14 @@ class NotFound(StorageError):
 
 class PreconditionFailed(StorageError):
     """A conditional write lost: the object exists (If-None-Match) or changed (If-Match)."""
+
+
+def check_key(key: str) -> str:
+    """Reject keys that could leave the lake root (defence in depth below the encoders)."""
+    parts = key.split("/")
+    if not key or key.startswith("/") or "\\" in key or any(p in ("", ".", "..") for p in parts):
+        raise UnsafeName(f"refusing unsafe lake key {key!r}")
+    return key
 
 
 @dataclass(frozen=True)

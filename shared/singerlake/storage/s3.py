@@ -11,8 +11,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from singerlake.paths import check_key
-from singerlake.storage.base import Blob, NotFound, ObjectInfo, PreconditionFailed, Storage, StorageError
+from singerlake.storage.base import Blob, NotFound, ObjectInfo, PreconditionFailed, Storage, StorageError, check_key
 
 _CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}

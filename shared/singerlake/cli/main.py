@@ -1,0 +1,326 @@
+"""The ``singerlake`` command: lake jobs. Every command takes the lake root first.
+
+S3 roots use the standard AWS configuration (environment, profile) plus --s3-* options.
+Jobs that read many files (verify, repair, compact, project) and sql run on Spark: local[*] by
+default, a cluster with --spark-master, Spark Connect with --spark-remote sc://... (or $SPARK_REMOTE),
+more settings with --spark-conf KEY=VALUE. One Spark job covers all the streams they work on
+(project: plus a few per stream over 64 MiB). A stream that fails does not stop the others: each failed stream is reported on stderr,
+one line naming its tap, its stream and the cause, and in --json output under "failures".
+
+Exit codes: 0 success (verify: clean); 1 verify found problems, or some streams failed (the
+others finished); 2 an error that is no stream's: usage or configuration (bad arguments, lake
+root, tap), an unreachable lake or the lake's own metadata (an unreadable catalogue or
+singerlake.json). Errors are one line on stderr; --debug adds the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+
+import singerlake
+from singerlake.errors import ConfigError, run_command
+from singerlake.jobs.describe import describe_lake, describe_text, stream_locks
+from singerlake.lake import Lake
+from singerlake.storage import LocalStorage, PreconditionFailed
+
+MIB = 1 << 20
+
+
+def open_lake(args: argparse.Namespace) -> Lake:
+    options = {"region": args.s3_region, "profile": args.s3_profile, "endpoint_url": args.s3_endpoint_url}
+    lake = Lake.open(args.root, **options)
+    lake.check_is_lake()
+    if getattr(args, "spark_conf", None) is not None:  # a command that runs Spark jobs
+        check_lake_reachable(args, lake)
+    return lake
+
+
+def start_spark(args: argparse.Namespace):
+    from singerlake.spark.session import spark_session
+
+    if importlib.util.find_spec("pyspark") is None:  # the core alone (a tap's install) has no Spark
+        hint = ", or add --no-hashes" if hasattr(args, "no_hashes") else ""
+        raise ConfigError(f"singerlake {args.command} runs on Spark, which is not installed: pip install 'singerlake[spark]'{hint}")
+    conf = dict(_conf_pair(text) for text in args.spark_conf)
+    return spark_session(master=args.spark_master, remote=args.spark_remote, conf=conf, app_name=f"singerlake {args.command}")
+
+
+def _conf_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.startswith("spark."):
+        raise ConfigError(f"--spark-conf {text!r}: expected KEY=VALUE with a key starting with 'spark.'")
+    return key, value
+
+
+def check_lake_reachable(args: argparse.Namespace, lake: Lake) -> None:
+    """A lake on this machine's disk cannot be worked on by executors elsewhere, unless it is shared."""
+    from singerlake.spark.masters import runs_on_this_machine
+
+    if (
+        isinstance(lake.storage, LocalStorage)
+        and not args.lake_root_shared
+        and not runs_on_this_machine(args.spark_master, args.spark_remote)
+    ):
+        where = args.spark_remote or args.spark_master or "$SPARK_REMOTE"
+        raise ConfigError(
+            f"lake root {args.root} is on this machine's disk, but the Spark executors of {where} may run elsewhere "
+            "and would not see it: use an s3:// lake root, or add --lake-root-shared if every executor mounts it at the same path"
+        )
+
+
+def progress(args: argparse.Namespace, label: str):
+    from singerlake.jobs.runner import Progress
+
+    return Progress(label, enabled=False if args.json else None)
+
+
+def emit(args: argparse.Namespace, doc, text: str) -> None:
+    print(json.dumps(doc, indent=1, ensure_ascii=False) if args.json else text)
+
+
+def finish(args: argparse.Namespace, doc: dict, text: str, failures: list, problems: bool = False) -> int:
+    """Print a stream job's result with its failed streams (one line each on stderr, and in the JSON
+    document); exit 1 when a stream failed (or ``problems``), else 0."""
+    emit(args, {**doc, "failures": [f.to_dict() for f in failures]}, text)
+    for failure in failures:
+        print(f"singerlake {args.command}: failed: {failure}", file=sys.stderr)
+    if failures:
+        print(f"singerlake {args.command}: {len(failures)} stream(s) failed; the others finished", file=sys.stderr)
+    return 1 if failures or problems else 0
+
+
+# -- commands ------------------------------------------------------------------------------------
+def cmd_ls(args: argparse.Namespace) -> int:
+    report = describe_lake(open_lake(args))
+    emit(args, report, describe_text(report))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from singerlake.jobs.verify import verify
+
+    lake = open_lake(args)
+    spark = None if args.no_hashes else start_spark(args)
+    failures: list = []
+    findings = verify(lake, spark, check_hashes=not args.no_hashes, progress=progress(args, "verify"), failures=failures)
+    if findings or failures:
+        summary = f"{len(findings)} problem(s) found" + (f"; {len(failures)} stream(s) could not be checked" if failures else "")
+    else:
+        summary = "clean: metadata and storage agree"
+    doc = {"clean": not findings and not failures, "findings": [f.to_dict() for f in findings]}
+    return finish(args, doc, "\n".join([*map(str, findings), summary]), failures, problems=bool(findings))
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    from singerlake.jobs.repair import repair
+
+    lake = open_lake(args)
+    failures: list = []
+    actions = repair(lake, start_spark(args), apply=args.apply, progress=progress(args, "repair"), failures=failures)
+    verb = "done" if args.apply else "would do (dry run; --apply to change the lake)"
+    text = "\n".join([*map(str, actions), f"{len(actions)} change(s) {verb}" if actions else "nothing to repair"])
+    return finish(args, {"applied": args.apply, "actions": [a.to_dict() for a in actions]}, text, failures)
+
+
+def cmd_vacuum(args: argparse.Namespace) -> int:
+    from singerlake.jobs.vacuum import parse_duration, vacuum
+
+    lake = open_lake(args)
+    deletions = vacuum(lake, parse_duration(args.retention), apply=args.apply)
+    freed = sum(d.size for d in deletions)
+    verb = "deleted" if args.apply else "would be deleted (dry run; --apply to delete)"
+    text = "\n".join([*map(str, deletions), f"{len(deletions)} file(s), {freed:,} bytes {verb}"])
+    emit(args, {"applied": args.apply, "deletions": [d.to_dict() for d in deletions]}, text)
+    return 0
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    from singerlake.jobs.compact import compact
+
+    lake = open_lake(args)
+    failures: list = []
+    target_bytes = int(args.target_size_mib * MIB)
+    results = compact(
+        lake, start_spark(args), args.tap, args.stream, target_bytes=target_bytes, progress=progress(args, "compact"), failures=failures
+    )
+    text = "\n".join(
+        f"{r.stream}: {r.files_before:,} -> {r.files_after:,} files ({r.groups} merged, {r.bytes_merged:,} bytes)" for r in results
+    )
+    return finish(args, {"streams": [r.to_dict() for r in results]}, text or "no streams", failures)
+
+
+def cmd_project(args: argparse.Namespace) -> int:
+    from singerlake.jobs.project import project
+
+    lake = open_lake(args)
+    failures: list = []
+    formats = args.formats.split(",")
+    results = project(
+        lake, start_spark(args), args.tap, args.stream, formats=formats, progress=progress(args, "project"), failures=failures
+    )
+    text = "\n".join(
+        f"{r['stream']}: {r['new_records']:,} new records, {r['rows']:,} current rows -> {r['table']} (version {r['version']})"
+        for r in results
+    )
+    return finish(args, {"streams": results}, text or "no streams", failures)
+
+
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    from singerlake.jobs.upgrade import upgrade
+
+    lake = open_lake(args)
+    failures: list = []
+    upgrades = upgrade(lake, apply=args.apply, failures=failures)
+    verb = "upgraded" if args.apply else "to upgrade (dry run; --apply to convert)"
+    summary = f"{len(upgrades)} stream(s) {verb}" if upgrades else "nothing to upgrade: every manifest is 2.0"
+    text = "\n".join([*map(str, upgrades), summary])
+    return finish(args, {"applied": args.apply, "streams": [u.to_dict() for u in upgrades]}, text, failures)
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from singerlake.jobs.sql import as_csv, as_json, as_table, run_query
+
+    lake = open_lake(args)
+    columns, rows = run_query(lake, start_spark(args), args.query, tap_id=args.tap, raw=args.raw)
+    print((as_csv if args.csv else as_json if args.json else as_table)(columns, rows))
+    return 0
+
+
+def cmd_locks(args: argparse.Namespace) -> int:
+    lake = open_lake(args)
+    locks = [lock for tap in lake.taps() for stream in lake.streams(tap) for lock in stream_locks(lake, tap, stream)]
+    if args.break_lock:
+        if not args.force:
+            raise ConfigError("breaking a lock can let two writers commit at once: add --force if its writer is really gone")
+        if args.break_lock not in {lock["path"] for lock in locks}:  # only a lock: never a manifest or data file
+            raise ConfigError(f"--break {args.break_lock}: not a lock held in this lake (`singerlake locks` lists them)")
+        try:
+            etag = lake.storage.read_etag(args.break_lock)
+            lake.storage.delete(args.break_lock, if_match=etag)
+        except PreconditionFailed:
+            raise ConfigError(f"{args.break_lock} changed while breaking it (its writer is alive): not broken") from None
+        emit(args, {"broken": args.break_lock}, f"broke {args.break_lock}")
+        return 0
+    text = "\n".join(
+        f"{lock['path']}: {lock['writer_id']}, refreshed {lock['refreshed']}{' (stale)' if lock['stale'] else ''}" for lock in locks
+    )
+    emit(args, locks, text or "no locks")
+    return 0
+
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    from singerlake.jobs.site import SITE_PREFIX, VerifyResult, build_site, write_site
+    from singerlake.storage import open_storage
+
+    if not args.out and not args.publish:
+        raise ConfigError("say where the site goes: --out DIR, --publish (under the lake root's docs/), or both")
+    lake = open_lake(args)
+    verified = None
+    if args.verify:
+        from singerlake.jobs.verify import verify
+
+        spark = None if args.no_hashes else start_spark(args)
+        checked: list = []
+        findings = verify(lake, spark, check_hashes=not args.no_hashes, progress=progress(args, "verify"), failures=checked)
+        verified = VerifyResult(findings, checked)
+    site = build_site(lake, verified)
+    places = []
+    if args.out:
+        write_site(site, open_storage(args.out, region=args.s3_region, profile=args.s3_profile, endpoint_url=args.s3_endpoint_url))
+        places.append(args.out)
+    if args.publish:
+        write_site(site, lake.storage, SITE_PREFIX)
+        places.append(lake.storage.url_of(SITE_PREFIX))
+    text = f"{len(site.pages)} pages ({site.streams} streams) written to {' and '.join(places)}"
+    return finish(args, {"pages": len(site.pages), "streams": site.streams, "written_to": places}, text, site.problems)
+
+
+def parser() -> argparse.ArgumentParser:
+    main_parser = argparse.ArgumentParser(prog="singerlake", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    main_parser.add_argument("--version", action="version", version=f"singerlake {singerlake.__version__}")
+    main_parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    sub = main_parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, run, help_text: str, aliases: tuple[str, ...] = (), spark: bool = False) -> argparse.ArgumentParser:
+        cmd = sub.add_parser(name, help=help_text, description=help_text, aliases=list(aliases))
+        cmd.add_argument("root", help="lake root: a path, file:// or s3:// URL")
+        cmd.add_argument("--json", action="store_true", help="machine-readable output, no progress")
+        cmd.add_argument("--s3-endpoint-url", metavar="URL", help="S3-compatible endpoint (MinIO, SeaweedFS...); default AWS")
+        cmd.add_argument("--s3-region", metavar="REGION", help="S3 region (default: the AWS configuration's)")
+        cmd.add_argument("--s3-profile", metavar="PROFILE", help="AWS profile to take credentials from (default: the standard chain)")
+        cmd.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+        if spark:
+            add_spark_options(cmd)
+        cmd.set_defaults(run=run)
+        return cmd
+
+    command("ls", cmd_ls, "taps, streams, versions (with diffs), files, records, bytes, time span, locks", aliases=("describe",))
+    verify = command("verify", cmd_verify, "compare metadata with storage; exit 0 only when clean", spark=True)
+    verify.add_argument("--no-hashes", action="store_true", help="skip reading files to check their blake2 hashes")
+    repair = command(
+        "repair", cmd_repair, "rebuild missing or invalid manifests, catalogues and singerlake.json (dry run by default)", spark=True
+    )
+    repair.add_argument("--apply", action="store_true", help="make the changes (default: only list them)")
+    vacuum = command("vacuum", cmd_vacuum, "delete orphans and replaced files older than the retention (dry run by default)")
+    vacuum.add_argument("--retention", default="7d", help="minimum age, e.g. 7d, 12h, 30m (default 7d)")
+    vacuum.add_argument("--apply", action="store_true", help="delete the files (default: only list them)")
+    for name, run, text in (
+        ("compact", cmd_compact, "merge small files of each stream-schema"),
+        ("project", cmd_project, "raw -> staging/ and published/"),
+    ):
+        cmd = command(name, run, text, spark=True)
+        cmd.add_argument("--tap", help="only this tap")
+        cmd.add_argument("--stream", help="only this stream (with --tap)")
+    sub.choices["compact"].add_argument("--target-size-mib", type=float, default=128, help="size of merged files (default 128)")
+    sub.choices["project"].add_argument(
+        "--formats", default="delta", help="delta (always) and optionally csv: a CSV twin of each published file (default delta)"
+    )
+    sql = command("sql", cmd_sql, "Spark SQL over a tap's streams: each a view of its current rows (--raw: every record)", spark=True)
+    sql.add_argument("query", help="a Spark SQL query; stream names as views, quoted with backticks where needed")
+    sql.add_argument("--tap", help="the tap whose streams are the views (required when the lake has several)")
+    sql.add_argument("--raw", action="store_true", help="views of every landed record with its position columns")
+    sql.add_argument("--csv", action="store_true", help="CSV output: a header row, then the rows")
+    upgrade = command("upgrade", cmd_upgrade, "convert 1.x manifests to lake format 2.0 in place (dry run by default)")
+    upgrade.add_argument("--apply", action="store_true", help="convert the manifests (default: only list them)")
+    locks = command("locks", cmd_locks, "list locks; --break PATH --force removes one")
+    locks.add_argument("--break", dest="break_lock", metavar="PATH", help="lock file to remove (as listed)")
+    locks.add_argument("--force", action="store_true", help="with --break: confirm that the lock's writer is really gone")
+    docs = command("docs", cmd_docs, "a static HTML site describing the lake, from its metadata", spark=True)
+    docs.add_argument("--out", metavar="DIR", help="write the site into this directory (a path, file:// or s3:// URL)")
+    docs.add_argument("--publish", action="store_true", help="write the site under the lake root, in docs/")
+    docs.add_argument("--verify", action="store_true", help="add each stream's `singerlake verify` findings (hashes on Spark)")
+    docs.add_argument("--no-hashes", action="store_true", help="with --verify: compare metadata with listings only, without Spark")
+    return main_parser
+
+
+def add_spark_options(cmd: argparse.ArgumentParser) -> None:
+    """Where a command's Spark jobs run (README, "Running on a cluster")."""
+    cmd.add_argument("--spark-master", help="Spark master: local[*] (default), spark://host:7077, k8s://..., yarn")
+    cmd.add_argument("--spark-remote", help="Spark Connect server, sc://host:port (default $SPARK_REMOTE)")
+    cmd.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting (repeatable)")
+    cmd.add_argument(
+        "--lake-root-shared",
+        action="store_true",
+        help="a local lake root that every executor mounts at the same path (NFS...); needed to use one with a cluster",
+    )
+
+
+DEBUG_HELP = "show the traceback of an error (also $SINGERLAKE_DEBUG=1)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    main_parser = parser()
+    args = main_parser.parse_args(argv)
+    if getattr(args, "stream", None) and not args.tap:
+        main_parser.error(f"{args.command}: --stream needs --tap (stream names are per tap)")
+    if args.debug:
+        os.environ["SINGERLAKE_DEBUG"] = "1"
+    return run_command(f"singerlake {args.command}", lambda: args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""Atomic commits: compare-and-swap on a metadata object, retried on conflict (SPEC.md §9)."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+
+from singerlake.errors import SingerlakeError
+from singerlake.format.layout import StreamPaths
+from singerlake.format.manifest import Manifest
+from singerlake.format.parts import PartStore
+from singerlake.storage import Blob, NotFound, PreconditionFailed, Storage
+from singerlake.times import file_id_ms, iso_ms, now_ms
+
+
+class CommitConflict(SingerlakeError):
+    """Too many writers raced for the same object; nothing was committed."""
+
+
+class CommitRejected(SingerlakeError):
+    """The commit may not happen at all (e.g. the writer lost its lock); nothing was committed."""
+
+
+def compare_and_swap(
+    storage: Storage,
+    key: str,
+    change: Callable[[bytes | None], bytes | None],
+    *,
+    timeout_s: float = 300.0,
+    durable: bool = True,
+    known: Blob | None = None,
+) -> Blob | None:
+    """Read ``key``, compute its new bytes with ``change`` (None: leave as is), write only if unchanged.
+
+    On a lost race the object is re-read and ``change`` runs again, so concurrent updates compose.
+    ``known``: the object as this process last wrote it; the first attempt starts from it without
+    reading, so when nobody wrote since, the whole swap is one conditional write. Returns the
+    object as written (or as found, when unchanged; None when it does not exist).
+    """
+    deadline = time.monotonic() + timeout_s
+    attempt = 0
+    while True:
+        if known is not None:
+            current, etag, known = known.data, known.etag, None
+        else:
+            try:
+                blob = storage.read(key)
+                current, etag = blob.data, blob.etag
+            except NotFound:
+                current, etag = None, None
+        new = change(current)
+        if new is None:
+            return None if current is None else Blob(current, etag)
+        try:
+            if etag is None:
+                written = storage.write(key, new, if_none_match=True, durable=durable)
+            else:
+                written = storage.write(key, new, if_match=etag, durable=durable)
+            return Blob(new, written)
+        except PreconditionFailed:
+            attempt += 1
+            if time.monotonic() > deadline:
+                raise CommitConflict(f"{storage.url_of(key)}: gave up after {attempt} conflicting attempts") from None
+            time.sleep(random.uniform(0, min(1.0, 0.005 * 2 ** min(attempt, 8))))
+
+
+def update_manifest(
+    storage: Storage,
+    paths: StreamPaths,
+    change: Callable[[Manifest], bool | None],
+    *,
+    seed: Callable[[], Manifest] | None = None,
+    durable: bool = True,
+    known: Blob | None = None,
+    store: PartStore | None = None,
+    last: Manifest | None = None,
+) -> Manifest:
+    """Apply ``change`` to the stream's manifest atomically; ``change`` returning False writes nothing.
+
+    ``seed`` builds the manifest when none exists yet (a rebuild from a scan, so that creating a
+    manifest never hides data files already on storage). ``known``: the ``stored`` of the manifest
+    this writer wrote last (see ``compare_and_swap``). ``store``: the stream's parts as already read
+    (parts never change). ``last``: the manifest this writer wrote last; its root is then neither
+    read nor parsed again unless someone else wrote since. A tail grown past its bound is sealed
+    into a part, written before the root (SPEC.md §5, §9). The result's ``stored`` is what is on
+    storage now.
+    """
+    source = storage.url_of(paths.manifest)
+    if last is not None and last.stored is not None:
+        known, store = last.stored, store or last.store
+    store = store or PartStore(storage, paths)
+    seeded: list[Manifest] = []
+    result: list[Manifest] = []
+
+    def apply(current: bytes | None) -> bytes | None:
+        if current is not None and last is not None and last.stored is not None and current is last.stored.data:
+            manifest = last.copy()  # the root as this process wrote it
+        elif current is not None:
+            manifest = Manifest.from_bytes(current, source, store)
+        else:
+            if seed is not None and not seeded:
+                seeded.append(seed())
+            manifest = Manifest.from_dict(seeded[0].to_dict(), source, store) if seeded else Manifest(paths.tap_id, paths.stream)
+            manifest.store = store
+            if not manifest.generation:
+                manifest.start_generation()
+        result[:] = [manifest]
+        if change(manifest) is False and current is not None:
+            return None
+        return sealed_bytes(manifest)
+
+    result[0].stored = compare_and_swap(storage, paths.manifest, apply, durable=durable, known=known)
+    return result[0]
+
+
+def sealed_bytes(manifest: Manifest) -> bytes:
+    """The root to write: the tail sealed if it outgrew its bound, and every new part written first."""
+    manifest.seal()
+    manifest.write_parts()
+    return manifest.to_bytes()
+
+
+def write_manifest(storage: Storage, paths: StreamPaths, manifest: Manifest) -> Manifest:
+    """Replace the stream's manifest with ``manifest`` (a rebuild, an upgrade), parts first."""
+    manifest.store = manifest.store or PartStore(storage, paths)
+    data = sealed_bytes(manifest)
+    manifest.stored = compare_and_swap(storage, paths.manifest, lambda current: None if current == data else data)
+    return manifest
+
+
+def register_writer(storage: Storage, paths: StreamPaths, schema_hash: str, writer_id: str, **kwargs) -> Manifest:
+    """Make ``writer_id`` the only writer whose commits the manifest accepts for this stream-schema.
+
+    Called right after taking the stream-schema lock: from then on a previous holder's commits
+    fail, so the manifest itself is the fence against a writer whose lease was taken over. The
+    fence only concerns live writers, so this write need not survive a power failure; commits do.
+    """
+
+    def change(manifest: Manifest) -> None:
+        manifest.writers[schema_hash] = {"writer_id": writer_id, "since": iso_ms(now_ms())}
+
+    return update_manifest(storage, paths, change, durable=False, **kwargs)
+
+
+def commit_files(
+    storage: Storage,
+    paths: StreamPaths,
+    records: list[dict],
+    schemas: dict[str, tuple[dict, list[str]]],
+    *,
+    writer_id: str | None = None,
+    known: Blob | None = None,
+    last: Manifest | None = None,
+) -> Manifest:
+    """Make data files visible: all of ``records`` in one new commit, or none of them.
+
+    ``schemas`` maps each schema hash used by ``records`` to (schema, key_properties). With
+    ``writer_id`` the commit is fenced: it fails with CommitRejected unless that writer is still
+    the registered writer of every stream-schema it touches.
+    """
+    return commit_many(storage, paths, [records], schemas, writer_id=writer_id, known=known, last=last)
+
+
+def commit_many(
+    storage: Storage,
+    paths: StreamPaths,
+    batches: list[list[dict]],
+    schemas: dict[str, tuple[dict, list[str]]],
+    *,
+    writer_id: str | None = None,
+    known: Blob | None = None,
+    last: Manifest | None = None,
+) -> Manifest:
+    """Each batch of ``batches`` as its own commit, in order, all in one write of the root (a backfill,
+    a benchmark). The manifest is exactly what committing the batches one by one would leave: each
+    commit is followed by the same seal check (parts are written as they are sealed)."""
+    missing = {r["schema_hash"] for batch in batches for r in batch} - set(schemas)
+    if missing:
+        raise ValueError(f"no schema given for schema hashes {sorted(missing)}")
+
+    def change(manifest: Manifest) -> bool:
+        if writer_id is not None:
+            for schema_hash in {r["schema_hash"] for batch in batches for r in batch}:
+                owner = manifest.writers.get(schema_hash, {}).get("writer_id")
+                if owner != writer_id:
+                    raise CommitRejected(
+                        f"{paths.stream!r} schema {schema_hash}: writer {writer_id} lost its lock to {owner}; "
+                        f"{sum(map(len, batches))} file(s) left uncommitted"
+                    )
+        changed = False
+        for index, records in enumerate(batches):
+            present = manifest.present_ids({r["id"] for r in records})
+            new = [r for r in records if r["id"] not in present]
+            if not new:
+                continue
+            for record in sorted(new, key=lambda r: r["id"]):
+                schema, keys = schemas[record["schema_hash"]]
+                manifest.add_version(record["schema_hash"], schema, keys, file_id_ms(record["id"]))
+            manifest.append_commit(new)
+            changed = True
+            if index < len(batches) - 1:  # the last commit's seal happens as the root is written
+                manifest.seal()
+                manifest.write_parts()
+        return changed
+
+    return update_manifest(storage, paths, change, known=known, last=last)

@@ -1,0 +1,216 @@
+"""Stream-schema lock files with leases (SPEC.md §8).
+
+A lock is a tiny JSON object created with a create-only write. Its holder refreshes it while it
+works; a waiter takes it over only when ``refreshed`` is older than the lease plus a clock-drift
+margin, replacing exactly the version it judged stale (If-Match). Every acquisition uses a fresh
+writer id, so an id that lost a lock is never used again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from singerlake.errors import SingerlakeError
+from singerlake.storage import NotFound, PreconditionFailed, Storage
+from singerlake.times import iso_ms, now_ms, to_ms
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LEASE_S = 60.0
+DEFAULT_DRIFT_S = 10.0
+DEFAULT_WAIT_S = 600.0
+
+
+class LockTimeout(SingerlakeError):
+    """The lock stayed held by a live writer for longer than the configured wait."""
+
+
+class LockLost(SingerlakeError):
+    """Another writer took the lock over; this holder must stop writing."""
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    writer_id: str
+    acquired_ms: int
+    refreshed_ms: int
+    lease_s: float
+
+    @classmethod
+    def parse(cls, data: bytes) -> LockInfo | None:
+        try:
+            doc = json.loads(data)
+            return cls(
+                doc["writer-id"],
+                _parse_iso(doc["acquired"]),
+                _parse_iso(doc["refreshed"]),
+                float(doc.get("lease_seconds", DEFAULT_LEASE_S)),
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def _parse_iso(text: str) -> int:
+    return to_ms(datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc))
+
+
+def _body(writer_id: str, acquired_ms: int, refreshed_ms: int, lease_s: float) -> bytes:
+    doc = {"writer-id": writer_id, "acquired": iso_ms(acquired_ms), "refreshed": iso_ms(refreshed_ms), "lease_seconds": lease_s}
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+class Lock:
+    """One holder at a time for ``key``; use as a context manager or acquire()/release()."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        key: str,
+        *,
+        lease_s: float = DEFAULT_LEASE_S,
+        drift_s: float = DEFAULT_DRIFT_S,
+        wait_s: float = DEFAULT_WAIT_S,
+        poll_s: float = 0.5,
+        writer_prefix: str = "writer",
+        heartbeat: bool = True,
+    ):
+        self.storage, self.key = storage, key
+        self.lease_s, self.drift_s, self.wait_s, self.poll_s = lease_s, drift_s, wait_s, poll_s
+        self.writer_prefix = writer_prefix
+        self.heartbeat = heartbeat
+        self.writer_id: str | None = None
+        self._etag: str | None = None
+        self._acquired_ms = 0
+        self._lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._io = threading.Lock()
+
+    # -- acquiring -------------------------------------------------------------------------
+    def is_stale(self, info: LockInfo | None, observed_since: float) -> bool:
+        """Stale: not refreshed for lease + drift. An unreadable lock counts from when we first saw it."""
+        margin_ms = (max(self.lease_s, info.lease_s if info else 0) + self.drift_s) * 1000
+        if info is None:
+            return (time.monotonic() - observed_since) * 1000 > margin_ms
+        return now_ms() - info.refreshed_ms > margin_ms
+
+    def acquire(self) -> Lock:
+        if self._etag is not None:
+            raise RuntimeError(f"{self.key}: already held by this object")
+        writer_id = f"{self.writer_prefix}-{uuid.uuid4().hex}"
+        deadline = time.monotonic() + self.wait_s
+        seen_etag, seen_since = None, time.monotonic()
+        holder = None
+        while True:
+            stamp = now_ms()
+            body = _body(writer_id, stamp, stamp, self.lease_s)
+            try:
+                self.storage.write(self.key, body, if_none_match=True, durable=False)
+            except PreconditionFailed:
+                try:
+                    current = self.storage.read(self.key)
+                except NotFound:
+                    continue  # released meanwhile: try again at once
+                if current.etag != seen_etag:
+                    seen_etag, seen_since = current.etag, time.monotonic()
+                info = LockInfo.parse(current.data)
+                holder = info.writer_id if info else "<unreadable lock>"
+                if not self.is_stale(info, seen_since):
+                    if time.monotonic() > deadline:
+                        raise LockTimeout(f"{self.storage.url_of(self.key)} is held by {holder}; waited {self.wait_s:.0f}s") from None
+                    time.sleep(self.poll_s)
+                    continue
+                try:
+                    self.storage.write(self.key, body, if_match=current.etag, durable=False)
+                except PreconditionFailed:
+                    continue  # someone else refreshed or took it over first
+                log.warning("took over stale lock %s from %s", self.storage.url_of(self.key), holder)
+            # The seed's rule: read back and check the writer id before proceeding.
+            try:
+                check = self.storage.read(self.key)
+            except NotFound:
+                continue
+            info = LockInfo.parse(check.data)
+            if info is None or info.writer_id != writer_id:
+                continue
+            self.writer_id, self._etag, self._acquired_ms = writer_id, check.etag, stamp
+            self._lost.clear()
+            self._stop.clear()
+            if self.heartbeat:
+                self._thread = threading.Thread(target=self._beat, name=f"lock-heartbeat {self.key}", daemon=True)
+                self._thread.start()
+            return self
+
+    # -- holding ---------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Extend the lease; raises LockLost when another writer has taken the lock."""
+        with self._io:
+            if self._lost.is_set() or self._etag is None:
+                raise LockLost(f"{self.key}: {self.writer_id} no longer holds this lock")
+            body = _body(self.writer_id, self._acquired_ms, now_ms(), self.lease_s)
+            try:
+                self._etag = self.storage.write(self.key, body, if_match=self._etag, durable=False)
+            except PreconditionFailed:
+                self._lost.set()
+                raise LockLost(f"{self.storage.url_of(self.key)}: lock of {self.writer_id} was taken over") from None
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            try:
+                self.refresh()
+            except LockLost as exc:
+                log.error("%s", exc)
+                return
+            except Exception as exc:  # transient storage trouble: keep trying until the lease ends
+                log.warning("could not refresh %s: %s", self.key, exc)
+
+    @property
+    def lost(self) -> bool:
+        return self._lost.is_set()
+
+    def check(self) -> None:
+        if self.lost:
+            raise LockLost(f"{self.storage.url_of(self.key)}: lock of {self.writer_id} was taken over")
+
+    # -- releasing -------------------------------------------------------------------------
+    def release(self) -> bool:
+        """Delete the lock only if it is still ours; returns whether it was."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self._io:
+            etag, self._etag = self._etag, None
+            if etag is None or self._lost.is_set():
+                return False
+            try:
+                self.storage.delete(self.key, if_match=etag)
+                return True
+            except PreconditionFailed:
+                log.warning("%s was taken over before release; left to its new owner", self.key)
+                self._lost.set()
+                return False
+
+    def __enter__(self) -> Lock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def looks_stale(info: LockInfo | None, now: int, drift_s: float = DEFAULT_DRIFT_S) -> bool:
+    """For reports (verify, locks): unreadable, or not refreshed for its lease plus the drift margin."""
+    return info is None or now - info.refreshed_ms > (info.lease_s + drift_s) * 1000
+
+
+def read_lock(storage: Storage, key: str) -> LockInfo | None:
+    try:
+        return LockInfo.parse(storage.read(key).data)
+    except NotFound:
+        return None

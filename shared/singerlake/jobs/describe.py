@@ -1,0 +1,129 @@
+"""``singerlake ls`` / ``describe``: what the lake holds, from its metadata (or a scan), and its locks."""
+
+from __future__ import annotations
+
+import json
+
+from singerlake.commits.lock import looks_stale, read_lock
+from singerlake.format.layout import LOCK
+from singerlake.format.manifest import Manifest
+from singerlake.lake import Lake
+from singerlake.times import iso_ms, now_ms
+
+
+def type_text(spec: dict) -> str:
+    """A property's JSON schema type in a few words: ``string (date-time)``, ``integer|null``."""
+    kind = spec.get("type", spec.get("anyOf", "any"))
+    if isinstance(kind, str):
+        text = kind
+    elif isinstance(kind, list) and all(isinstance(k, str) for k in kind):
+        text = "|".join(kind)
+    else:
+        text = json.dumps(kind, sort_keys=True)
+    return text + (f" ({spec['format']})" if "format" in spec else "")
+
+
+def schema_changes(old: dict, new: dict) -> list[dict]:
+    """Changes between two versions, each ``{"kind": "keys"|"added"|"removed"|"changed", "name", "before", "after"}``."""
+    changes = []
+    if old["key_properties"] != new["key_properties"]:
+        changes.append({"kind": "keys", "name": None, "before": old["key_properties"], "after": new["key_properties"]})
+    before, after = old["schema"].get("properties", {}), new["schema"].get("properties", {})
+    for name in sorted(set(before) | set(after)):
+        if name not in before:
+            changes.append({"kind": "added", "name": name, "before": None, "after": type_text(after[name])})
+        elif name not in after:
+            changes.append({"kind": "removed", "name": name, "before": type_text(before[name]), "after": None})
+        elif before[name] != after[name]:
+            changes.append({"kind": "changed", "name": name, "before": type_text(before[name]), "after": type_text(after[name])})
+    return changes
+
+
+def schema_diff(old: dict, new: dict) -> list[str]:
+    """Readable changes between two versions: ``+ email: string``, ``- name``, ``~ id: integer -> string``."""
+    text = {
+        "keys": "key properties {before} -> {after}",
+        "added": "+ {name}: {after}",
+        "removed": "- {name}",
+        "changed": "~ {name}: {before} -> {after}",
+    }
+    return [text[c["kind"]].format(**c) for c in schema_changes(old, new)] or ["no property changes (other schema keywords differ)"]
+
+
+def stream_locks(lake: Lake, tap_id: str, stream: str, now: int | None = None) -> list[dict]:
+    now = now_ms() if now is None else now
+    found = []
+    for info in lake.storage.list(f"{lake.paths(tap_id, stream).stream_dir}/"):
+        if info.key.endswith(f"/{LOCK}"):
+            lock = read_lock(lake.storage, info.key)
+            stale = looks_stale(lock, now)
+            found.append(
+                {
+                    "path": info.key,
+                    "tap_id": tap_id,
+                    "stream": stream,
+                    "writer_id": lock.writer_id if lock else None,
+                    "refreshed": iso_ms(lock.refreshed_ms) if lock else None,
+                    "stale": stale,
+                }
+            )
+    return found
+
+
+def describe_stream(lake: Lake, tap_id: str, stream: str, manifest: Manifest) -> dict:
+    """From the manifest's root alone: part summaries and the tail (no part is read)."""
+    summary = manifest.summary()
+    by_version = sorted(manifest.versions.items(), key=lambda item: int(item[1]["version"][1:]))
+    versions = []
+    for index, (schema_hash, info) in enumerate(by_version):
+        files, records, _ = summary["versions"][schema_hash]
+        versions.append(
+            {
+                "version": info["version"],
+                "schema_hash": schema_hash,
+                "first_seen": info["first_seen"],
+                "files": files,
+                "records": records,
+                "changes": schema_diff(by_version[index - 1][1], info) if index else [],
+            }
+        )
+    totals = [sum(counts[i] for counts in summary["versions"].values()) for i in range(3)]
+    return {
+        "versions": versions,
+        "files": totals[0],
+        "records": totals[1],
+        "bytes": totals[2],
+        "commits": manifest.commits,
+        "start": iso_ms(summary["start"]) if summary["start"] is not None else None,
+        "end": iso_ms(summary["end"]) if summary["end"] is not None else None,
+        "locks": stream_locks(lake, tap_id, stream),
+    }
+
+
+def describe_lake(lake: Lake) -> dict:
+    """Taps, streams, versions (with diffs), files, records, bytes, time span and locks."""
+    taps = {}
+    for tap_id in lake.taps():
+        taps[tap_id] = {stream: describe_stream(lake, tap_id, stream, lake.manifest(tap_id, stream)) for stream in lake.streams(tap_id)}
+    return {"root": lake.storage.url, "taps": taps}
+
+
+def describe_text(report: dict) -> str:
+    lines = [f"lake {report['root']}"]
+    for tap_id, streams in report["taps"].items():
+        lines.append(f"  tap {tap_id}")
+        for stream, info in streams.items():
+            lines.append(
+                f"    {stream}: {info['records']:,} records in {info['files']:,} files, {info['bytes']:,} bytes, "
+                f"{info['commits']} commits, {info['start']} .. {info['end']}"
+            )
+            for version in info["versions"]:
+                lines.append(
+                    f"      {version['version']} {version['schema_hash']}: {version['records']:,} records in {version['files']:,} files"
+                )
+                lines += [f"        {change}" for change in version["changes"]]
+            for lock in info["locks"]:
+                lines.append(
+                    f"      lock {lock['path']}: {lock['writer_id']}, refreshed {lock['refreshed']}{' (stale)' if lock['stale'] else ''}"
+                )
+    return "\n".join(lines)

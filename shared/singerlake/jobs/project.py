@@ -1,0 +1,463 @@
+"""``singerlake project``: raw -> ``staging/`` parts -> each stream's Delta table in ``published/`` (SPEC.md §12).
+
+Per stream, a run reads only the records committed after the position the table's latest commit
+records, keeps the current row per key (latest by commit, then record time, then position) and
+changes only what must change:
+
+    staging/<tap>/<stream>/part-<id>.parquet     current rows: _key, positions, _record (the record's JSON text)
+    published/<tap>/<stream>/part-<id>.parquet   the same rows typed exactly (``exact``), one file per staging part
+    published/<tap>/<stream>/_delta_log/         one Delta commit per run (``delta``), the only commit point
+
+A previous part holding a key a new record updates is rewritten without that row; the new current
+rows form one new part; other parts stay. Column types come from the declared schema and the
+values held (each part stores what its values need); when they change, every published file is
+rewritten in that run's commit.
+
+Small streams (new stored bytes plus previous parts up to ``SMALL_STREAM_BYTES``) are projected
+in ONE Spark job, one work item per stream, with pyarrow on the executor. Larger streams go
+through Spark SQL (a window per ``_key``, shuffle partitions sized from their bytes) and are
+rewritten whole. Both give the same rows and types.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from itertools import islice
+from typing import Any
+
+from singerlake.errors import ConfigError, SingerlakeError
+from singerlake.format.catalogue import replay_schema
+from singerlake.format.exact import column_type, converter, decode, join_all, json_text, need_of, table_schema
+from singerlake.format.manifest import Manifest
+from singerlake.format.messages import decode_envelope
+from singerlake.format.names import encode_segment
+from singerlake.format.positions import Position, check_bookmark
+from singerlake.jobs import delta
+from singerlake.jobs.runner import (
+    Failures,
+    Progress,
+    StreamFailure,
+    for_each_stream,
+    run_items,
+    run_stream_items,
+    selected_streams,
+)
+from singerlake.lake import Lake
+from singerlake.replay.datasource import plan_files, planned_lines
+from singerlake.storage import Storage
+from singerlake.times import new_file_id, record_time_ms
+
+SMALL_STREAM_BYTES = 64 << 20  # stored (gzipped) bytes; decoded rows take several times that in memory
+# Stored bytes per shuffle partition of a large stream: gzipped records take 4-8x that as rows.
+SHUFFLE_PARTITION_BYTES = 32 << 20
+STREAMS_PER_TASK = 16
+THREADS_PER_TASK = 2  # a small stream's work is mostly Python (JSON, rows): more threads only hold more memory
+ARROW_BATCH_ROWS = 8192
+FORMATS = ("delta", "csv")
+STAGING_SCHEMA = (
+    "_key string, _singerlake_commit long, _singerlake_index long, _singerlake_version string, _singerlake_time long, _record string"
+)
+NO_TIME = -(2**63)  # a row without a record time loses to any row with one (the window's nulls last)
+
+
+class ProjectionError(SingerlakeError, ValueError):
+    """A stream that cannot be projected; the message names the column at fault."""
+
+
+def staging_schema():
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "long": pa.int64()}
+    return pa.schema([(name, types[kind]) for name, kind in (column.split() for column in STAGING_SCHEMA.split(", "))])
+
+
+# -- reading the raw records ------------------------------------------------------------------------
+def file_staging_rows(storage: Storage, keys: list[str], file: dict) -> Iterator[tuple]:
+    """Staging rows of one planned data file (``datasource.plan_files``), read after checking its hash."""
+    for index, commit, position, line in planned_lines(storage, file):
+        envelope = decode_envelope(line, index + 2)
+        text = bytes(envelope.record).decode() or "{}"
+        record = decode(text)
+        record = record if isinstance(record, dict) else {}
+        ms = record_time_ms(envelope.time_extracted, functools.partial(record.get, "_sdc_extracted_at"))
+        key = json_text([record.get(name) for name in keys]) if keys else None
+        yield (key, commit, position, file["version"], ms, text)
+
+
+def read_new_records(storage: Storage, keys: list[str], files: list[dict]):
+    import pyarrow as pa
+
+    schema = staging_schema()
+    batches = []
+    for file in files:
+        rows = file_staging_rows(storage, keys, file)
+        while chunk := list(islice(rows, ARROW_BATCH_ROWS)):
+            columns = zip(*chunk, strict=True)
+            batches.append(pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)], schema=schema))
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def by_position(table):
+    return table.sort_by([("_singerlake_commit", "ascending"), ("_singerlake_index", "ascending")])
+
+
+def current_rows(table, keyed: bool):
+    """The latest row per ``_key``: by commit, then record time (a row without one loses), then position.
+    Rows come out in position order. Without key properties every row is current."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not keyed or not table.num_rows:
+        return by_position(table)
+    time = pc.fill_null(table["_singerlake_time"], NO_TIME)
+    order = pa.table({"c": table["_singerlake_commit"], "t": time, "i": table["_singerlake_index"]})
+    ordered = table.take(pc.sort_indices(order, [("c", "ascending"), ("t", "ascending"), ("i", "ascending")]))
+    ranked = pa.table({"key": ordered["_key"], "rank": pa.array(range(ordered.num_rows), pa.int64())})
+    latest = ranked.group_by(["key"], use_threads=False).aggregate([("rank", "max")])["rank_max"]
+    return by_position(ordered.take(latest.sort()))
+
+
+# -- parts: a staging file and its published twin ------------------------------------------------------
+def read_parquet(storage: Storage, key: str, columns: list[str] | None = None):
+    import pyarrow.parquet as pq
+
+    return pq.read_table(io.BytesIO(storage.read(key).data), columns=columns)
+
+
+def records_of(staging) -> list[dict]:
+    records = [decode(text) for text in staging["_record"].to_pylist()]
+    return [record if isinstance(record, dict) else {} for record in records]
+
+
+def needs_of(properties: dict, records: list[dict]) -> dict:
+    return join_all([{name: need_of(spec, record.get(name)) for name, spec in properties.items()} for record in records])
+
+
+def write_staging(storage: Storage, prefix: str, staging, properties: dict) -> dict:
+    """A new staging part (create-only) and what its values need."""
+    import pyarrow.parquet as pq
+
+    buffer = io.BytesIO()
+    pq.write_table(staging, buffer)
+    key = f"{prefix}/part-{new_file_id()}.parquet"
+    storage.write(key, buffer.getvalue(), if_none_match=True)
+    return {"staging": key, "rows": staging.num_rows, "needs": needs_of(properties, records_of(staging))}
+
+
+def typed_table(properties: dict, types: dict, records: list[dict]):
+    """The published rows: one column per property, typed by ``exact``; a failure names its column."""
+    import pyarrow as pa
+
+    schema = table_schema(properties, types)
+    columns = []
+    for name, spec in properties.items():
+        convert = converter(spec, types.get(name))
+        try:
+            columns.append(pa.array([convert(record.get(name)) for record in records], column_type(spec, types.get(name))))
+        except (pa.ArrowException, ArithmeticError, TypeError, ValueError) as exc:
+            raise ProjectionError(f"column {name!r}: {' '.join(str(exc).split())}") from None
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def publish(storage: Storage, table: str, part: dict, properties: dict, types: dict, csv: bool) -> dict:
+    """Write the part's published Parquet file (and CSV twin) from its staging file."""
+    import pyarrow.parquet as pq
+
+    published = typed_table(properties, types, records_of(read_parquet(storage, part["staging"])))
+    buffer = io.BytesIO()
+    pq.write_table(published, buffer)
+    name = f"part-{new_file_id()}.parquet"
+    storage.write(f"{table}/{name}", buffer.getvalue(), if_none_match=True)
+    part = {k: v for k, v in part.items() if k != "csv"} | {"published": name, "size": len(buffer.getvalue())}
+    return write_csv_twin(storage, table, part, published) if csv else part
+
+
+def write_csv_twin(storage: Storage, table: str, part: dict, published=None) -> dict:
+    import pyarrow.csv as pacsv
+
+    published = published if published is not None else read_parquet(storage, f"{table}/{part['published']}")
+    buffer = io.BytesIO()
+    pacsv.write_csv(csv_ready(published), buffer)
+    key = f"{table}/_csv/{part['published'].removesuffix('.parquet')}.csv"
+    storage.write(key, buffer.getvalue(), if_none_match=True)
+    return {**part, "csv": key}
+
+
+def csv_ready(table):
+    """Nested values (structs, lists) as JSON text: CSV cells hold scalars only."""
+    import pyarrow as pa
+
+    for index, column in enumerate(table.schema):
+        if pa.types.is_nested(column.type):
+            texts = [None if v is None else json_text(_plain(v)) for v in table.column(index).to_pylist()]
+            table = table.set_column(index, column.name, pa.array(texts, pa.string()))
+    return table
+
+
+def _plain(value: Any) -> Any:
+    """Arrow's Python values as JSON values (times as ISO 8601 text)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value.isoformat() if hasattr(value, "isoformat") else value
+
+
+# -- planning on the driver ----------------------------------------------------------------------
+@dataclass
+class StreamPlan:
+    tap_id: str
+    stream: str
+    manifest: Manifest
+    published: delta.Published
+    end: Position  # the stream's end: what this run's commit records
+    up_to_date: bool = False
+    files: list[dict] = dataclass_field(default_factory=list)  # data files holding new records (datasource.plan_files)
+    previous_bytes: int = 0  # bytes of the previous staging parts
+
+    @property
+    def table(self) -> str:
+        return delta.table_key(self.tap_id, self.stream)
+
+    @property
+    def staging(self) -> str:
+        return f"staging/{encode_segment(self.tap_id)}/{encode_segment(self.stream)}"
+
+    @property
+    def state(self) -> dict:
+        return self.published.state or {"parts": [], "types": {}, "schema": None}
+
+    @property
+    def new_records(self) -> int:
+        return sum(f["entry"]["records"] - f["skip"] for f in self.files)
+
+    @property
+    def bytes(self) -> int:
+        return sum(f["entry"]["size"] for f in self.files) + self.previous_bytes
+
+    @property
+    def keys(self) -> list[str]:
+        return self.manifest.versions[self.manifest.latest_hash()]["key_properties"]
+
+    @property
+    def properties(self) -> dict:
+        return replay_schema(self.manifest).get("properties", {})
+
+    def summary(self, new_records: int = 0) -> dict:
+        parts = self.state["parts"]
+        return {
+            "tap_id": self.tap_id,
+            "stream": self.stream,
+            "table": self.table,
+            "version": self.published.version,
+            "rows": sum(part["rows"] for part in parts),
+            "new_records": new_records,
+            "csv": [part["csv"] for part in parts if "csv" in part],
+        }
+
+
+def plan_stream(lake: Lake, tap_id: str, stream: str) -> StreamPlan:
+    manifest = lake.manifest(tap_id, stream)
+    published = delta.latest(lake.storage, delta.table_key(tap_id, stream))
+    end = Position(*manifest.end_position(), manifest.generation)
+    after = Position.from_bookmark(published.state["position"], stream) if published.state else None
+    check_bookmark(after, manifest)
+    plan = StreamPlan(tap_id, stream, manifest, published, end)
+    if (after is not None and after >= end) or not manifest.versions:
+        plan.up_to_date = True
+        return plan
+    plan.files = plan_files(manifest, set(manifest.versions), after, manifest.commits)
+    sizes = {info.key: info.size for info in lake.storage.list(f"{plan.staging}/")}
+    plan.previous_bytes = sum(sizes.get(part["staging"], 0) for part in plan.state["parts"])
+    return plan
+
+
+def _work_item(plan: StreamPlan, formats: list[str]) -> dict:
+    return {
+        "tap_id": plan.tap_id,
+        "stream": plan.stream,
+        "properties": plan.properties,
+        "keys": plan.keys,
+        "files": plan.files,
+        "parts": plan.state["parts"],
+        "schema": plan.state["schema"],
+        "staging": plan.staging,
+        "table": plan.table,
+        "csv": "csv" in formats,
+    }
+
+
+def schema_text(properties: dict, types: dict) -> str:
+    """The published schema as text: equal text, equal column types (field metadata included)."""
+    return table_schema(properties, types).to_string(show_field_metadata=True, show_schema_metadata=False)
+
+
+# -- small streams: one work item each, all in one Spark job ---------------------------------------
+def project_on_executor(storage: Storage, item: dict) -> dict:
+    """Executor side: project one small stream: rewrite the parts a new record updates, add the new
+    current rows as one part, publish what changed (everything when the column types changed)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    properties, keyed = item["properties"], bool(item["keys"])
+    new = current_rows(read_new_records(storage, item["keys"], item["files"]), keyed)
+    updated = pa.array(set(new["_key"].to_pylist()) if keyed else [], pa.string())
+    kept, replaced, fresh = [], [], []
+    for part in item["parts"]:
+        if len(updated) and pc.any(pc.is_in(read_parquet(storage, part["staging"], ["_key"])["_key"], value_set=updated)).as_py():
+            staging = read_parquet(storage, part["staging"])
+            replaced.append(part)
+            fresh.append(staging.filter(pc.invert(pc.is_in(staging["_key"], value_set=updated))))
+        else:
+            kept.append(part)
+    fresh.append(new)
+    written = [write_staging(storage, item["staging"], table, properties) for table in fresh if table.num_rows]
+    types = join_all([part["needs"] for part in kept + written])
+    schema = schema_text(properties, types)
+    overwrite = schema != item["schema"]
+    publish_part = functools.partial(publish, storage, item["table"], properties=properties, types=types, csv=item["csv"])
+    if overwrite:
+        kept = [publish_part(part) for part in kept]
+    added = [publish_part(part) for part in written]
+    if item["csv"]:
+        kept = [part if "csv" in part else write_csv_twin(storage, item["table"], part) for part in kept]
+    return {
+        "parts": kept + added,
+        "adds": kept + added if overwrite else added,
+        "removes": [part["published"] for part in replaced],
+        "overwrite": overwrite,
+        "types": types,
+        "schema": schema,
+    }
+
+
+def project_small_streams(lake: Lake, spark, plans: list[StreamPlan], formats: list[str], failures: Failures, progress) -> dict:
+    items = [_work_item(plan, formats) for plan in plans]
+    work = functools.partial(project_on_executor, lake.storage)
+    options = {"items_per_task": STREAMS_PER_TASK, "threads": THREADS_PER_TASK, "sizes": [plan.bytes for plan in plans]}
+    results = run_stream_items(spark, items, work, failures, progress, **options)
+    return {(plan.tap_id, plan.stream): result for plan, result in zip(plans, results, strict=True) if result is not None}
+
+
+# -- large streams: Spark SQL, rewritten whole ------------------------------------------------------
+def _read_files(storage: Storage, keys: list[str], files: list[dict], batches: Iterator[Any]) -> Iterator[Any]:
+    """Executor side: the staging rows of the planned files whose numbers are in the input."""
+    for batch in batches:
+        for number in batch.column("id").to_pylist():
+            yield from read_new_records(storage, keys, [files[number]]).to_batches()
+
+
+def _read_parts(storage: Storage, parts: list[dict], batches: Iterator[Any]) -> Iterator[Any]:
+    for batch in batches:
+        for number in batch.column("id").to_pylist():
+            yield from read_parquet(storage, parts[number]["staging"]).cast(staging_schema()).to_batches()
+
+
+def _write_parts(storage: Storage, prefix: str, properties: dict, batches: Iterator[Any]) -> Iterator[Any]:
+    """Executor side: this partition's current rows as one staging part; its description as JSON."""
+    import json
+
+    import pyarrow as pa
+
+    collected = [batch for batch in batches if batch.num_rows]
+    if collected:
+        staging = by_position(pa.Table.from_batches(collected).cast(staging_schema()))
+        yield pa.RecordBatch.from_pydict({"part": [json.dumps(write_staging(storage, prefix, staging, properties))]})
+
+
+def _window_current_rows(frame, keyed: bool):
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    if not keyed:
+        return frame
+    latest = Window.partitionBy("_key").orderBy(
+        F.col("_singerlake_commit").desc(), F.col("_singerlake_time").desc_nulls_last(), F.col("_singerlake_index").desc()
+    )
+    return frame.withColumn("_row", F.row_number().over(latest)).filter("_row = 1").drop("_row")
+
+
+@contextmanager
+def _shuffle_partitions(spark, data_bytes: int):
+    """Shuffle partitions sized from the stream's bytes, not the session's default."""
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(max(1, math.ceil(data_bytes / SHUFFLE_PARTITION_BYTES))))
+    try:
+        yield
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+
+
+def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str]) -> dict:
+    import json
+
+    storage, properties, parts = lake.storage, plan.properties, plan.state["parts"]
+    new = spark.range(len(plan.files), numPartitions=max(1, len(plan.files)))
+    rows = new.mapInArrow(functools.partial(_read_files, storage, plan.keys, plan.files), STAGING_SCHEMA)
+    if parts:
+        previous = spark.range(len(parts), numPartitions=len(parts))
+        rows = rows.unionByName(previous.mapInArrow(functools.partial(_read_parts, storage, parts), STAGING_SCHEMA))
+    with _shuffle_partitions(spark, plan.bytes):
+        current = _window_current_rows(rows, bool(plan.keys))
+        if not plan.keys:
+            current = current.repartition(max(1, math.ceil(plan.bytes / SHUFFLE_PARTITION_BYTES)))
+        write = functools.partial(_write_parts, storage, plan.staging, properties)
+        written = [json.loads(row["part"]) for row in current.mapInArrow(write, "part string").collect()]
+    types = join_all([part["needs"] for part in written])
+    work = functools.partial(publish, storage, plan.table, properties=properties, types=types, csv="csv" in formats)
+    published = run_items(spark, written, work)
+    return {
+        "parts": published,
+        "adds": published,
+        "removes": [],
+        "overwrite": True,
+        "types": types,
+        "schema": schema_text(properties, types),
+    }
+
+
+# -- the job ---------------------------------------------------------------------------------------
+def commit_run(lake: Lake, plan: StreamPlan, result: dict) -> dict:
+    """The run's one Delta commit: the last step, so a crash or a failed stream leaves the previous version current."""
+    state = {"position": plan.end.to_bookmark(), "types": result["types"], "schema": result["schema"], "parts": result["parts"]}
+    adds = [{"path": part["published"], "size": part["size"], "rows": part["rows"]} for part in result["adds"]]
+    schema = table_schema(plan.properties, result["types"])
+    version = delta.commit(lake.storage, plan.table, plan.published, schema, adds, result["removes"], result["overwrite"], state)
+    plan.published = delta.Published(version, state)
+    return plan.summary(plan.new_records)
+
+
+def project(
+    lake: Lake,
+    spark,
+    tap_id: str | None = None,
+    stream: str | None = None,
+    formats: list[str] | None = None,
+    small_stream_bytes: int = SMALL_STREAM_BYTES,
+    progress: Progress | None = None,
+    failures: list[StreamFailure] | None = None,
+) -> list[dict]:
+    """Project the selected streams. A stream that fails is added to ``failures`` (its table stays at
+    its last version) and the others are projected; without ``failures``, StreamsFailed is raised at the end."""
+    lake.check_exists()
+    formats = ["delta" if fmt == "parquet" else fmt for fmt in (formats or ["delta"])]
+    unknown = set(formats) - set(FORMATS)
+    if unknown:
+        raise ConfigError(f"unknown published formats {sorted(unknown)}; use delta and/or csv")
+    found = Failures()
+    plans = for_each_stream(selected_streams(lake, tap_id, stream), lambda tap, name: plan_stream(lake, tap, name), found)
+    pending = [plan for plan in plans.values() if not plan.up_to_date]
+    small = [plan for plan in pending if plan.bytes <= small_stream_bytes]
+    written = project_small_streams(lake, spark, small, formats, found, progress)
+    large = {(plan.tap_id, plan.stream): plan for plan in pending if plan.bytes > small_stream_bytes}
+    written |= for_each_stream(list(large), lambda tap, name: project_large_stream(lake, spark, large[(tap, name)], formats), found, 1)
+    committed = for_each_stream(list(written), lambda tap, name: commit_run(lake, plans[(tap, name)], written[(tap, name)]), found)
+    results = [committed.get(stream_id) or plan.summary() for stream_id, plan in plans.items() if not found.has(*stream_id)]
+    found.deliver(failures)
+    return results

@@ -1,0 +1,306 @@
+"""``singerlake docs``: the lake as a static HTML site, built from its metadata only (SPEC.md §12).
+
+Pages come from Jinja2 templates with autoescape, so every name, annotation and schema from the
+wild is shown as text, never read as markup. Each page carries its CSS and its one small script
+inline, allowed by hash in a Content-Security-Policy that forbids everything else: the site reads
+the same from ``file://`` and any static host, and a browser fetches nothing from outside for it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from urllib.parse import urlparse
+
+import jinja2
+from markupsafe import Markup
+from singerlake.format.names import encode_segment
+from singerlake.jobs.describe import describe_stream, schema_changes, type_text
+from singerlake.jobs.runner import Failures, StreamFailure, StreamId, for_each_stream
+from singerlake.jobs.verify import Finding, read_manifest
+from singerlake.lake import Lake
+from singerlake.storage import NotFound, Storage
+from singerlake.times import file_id_ms, iso_ms, now_ms
+
+SITE_PREFIX = "docs/"  # where --publish puts the site under the lake root
+INDEX = "index.html"
+STREAM_PAGES = "streams/"
+HTML = "text/html; charset=utf-8"
+DAY_MS = 86_400_000
+MAX_BARS = 366  # a longer life is charted in bars of several days
+MAX_ROWS = 200  # newest files and commits listed on a stream page
+MAX_SCHEMA_DEPTH = 8
+LINKS = (("docs", "docs_url"), ("logs", "logs_url"))  # annotations shown as links
+PLOT_LEFT, PLOT_RIGHT, PLOT_BOTTOM, PLOT_HEIGHT = 64, 600, 140, 126  # chart area in the SVG's viewBox
+
+
+@dataclass
+class Site:
+    pages: dict[str, bytes]  # relative name -> HTML, stream pages first, the index last
+    streams: int
+    problems: list[StreamFailure] = field(default_factory=list)
+
+
+@dataclass
+class VerifyResult:
+    """What ``singerlake verify`` found, to show beside each stream."""
+
+    findings: list[Finding]
+    failures: list[StreamFailure]
+
+
+def page_name(tap_id: str, stream: str) -> str:
+    """``streams/<tap>.<stream>.html`` from the names' path segments (SPEC.md §2): segments never hold
+    ``.``, so the name is unique, and they hold only ``[a-z0-9_~-]``, so it is safe anywhere."""
+    return f"{STREAM_PAGES}{encode_segment(tap_id)}.{encode_segment(stream)}.html"
+
+
+# -- what a page shows -------------------------------------------------------------------------------
+def safe_link(url: object) -> str | None:
+    """Annotations are links only when they are http(s) URLs (never ``javascript:`` and the like)."""
+    return url if isinstance(url, str) and urlparse(url).scheme in ("http", "https") and urlparse(url).netloc else None
+
+
+def age_text(then_ms: int, now: int) -> str:
+    seconds = max(0, (now - then_ms) // 1000)
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit} ago"
+    return "just now"
+
+
+def schema_rows(schema: dict, prefix: str = "", depth: int = 0) -> list[dict]:
+    """The properties of a JSON schema as table rows, nested ones under their parent (``a.b``, ``tags[].x``)."""
+    rows: list[dict] = []
+    properties = schema.get("properties")
+    if not isinstance(properties, dict) or depth > MAX_SCHEMA_DEPTH:
+        return rows
+    required = schema.get("required") if isinstance(schema.get("required"), list) else []
+    for name, spec in properties.items():
+        spec = spec if isinstance(spec, dict) else {}
+        rows.append({"name": prefix + name, "depth": depth, "type": type_text(spec), "required": name in required})
+        rows += schema_rows(spec, f"{prefix}{name}.", depth + 1)
+        if isinstance(spec.get("items"), dict):
+            rows += schema_rows(spec["items"], f"{prefix}{name}[].", depth + 1)
+    return rows
+
+
+def per_day(files: list[dict]) -> tuple[list[dict], int]:
+    """Records and bytes per UTC day of record time over the stream's life, in bars of one day (or
+    several, for a life longer than MAX_BARS days: the second value). A file spanning days is spread
+    over them by time."""
+    if not files:
+        return [], 1
+    first, last = min(f["start"] for f in files) // DAY_MS, max(f["end"] for f in files) // DAY_MS
+    days = math.ceil((last - first + 1) / MAX_BARS)
+    bars = [{"records": 0.0, "bytes": 0.0} for _ in range((last - first) // days + 1)]
+    for entry in files:
+        span = entry["end"] - entry["start"]
+        for day in range(entry["start"] // DAY_MS, entry["end"] // DAY_MS + 1):
+            overlap = min(entry["end"], (day + 1) * DAY_MS) - max(entry["start"], day * DAY_MS)
+            share = overlap / span if span else 1.0
+            bar = bars[(day - first) // days]
+            bar["records"] += entry["records"] * share
+            bar["bytes"] += entry["size"] * share
+    for index, bar in enumerate(bars):
+        start = (first + index * days) * DAY_MS
+        bar["label"] = iso_ms(start)[:10] + (f" + {days} days" if days > 1 else "")
+    return bars, days
+
+
+def chart(bars: list[dict], days: int, measure: str, unit: str) -> dict:
+    """Bar geometry for an SVG chart of ``measure`` (drawn by the template in a 600 x 170 viewBox)."""
+    top = max((bar[measure] for bar in bars), default=0) or 1
+    slot = (PLOT_RIGHT - PLOT_LEFT) / max(1, len(bars))
+    rects = []
+    for index, bar in enumerate(bars):
+        height = bar[measure] / top * PLOT_HEIGHT
+        rects.append(
+            {
+                "x": round(PLOT_LEFT + index * slot + slot * 0.1, 2),
+                "width": round(max(slot * 0.8, 0.5), 2),
+                "y": round(PLOT_BOTTOM - height, 2),
+                "height": round(height, 2),
+                "title": f"{bar['label']}: {round(bar[measure]):,} {unit}",
+            }
+        )
+    per = "day" if days == 1 else f"{days} days"
+    first, last = bars[0]["label"][:10], bars[-1]["label"][:10]
+    return {"measure": measure, "unit": unit, "per": per, "rects": rects, "top": top, "first": first, "last": last}
+
+
+def commits_of(files: list[dict]) -> list[dict]:
+    """Per commit, newest first: its files, records, bytes and record time span."""
+    commits: dict[int, dict] = {}
+    for entry in files:
+        commit = commits.setdefault(entry["commit"], {"commit": entry["commit"], "files": 0, "records": 0, "bytes": 0})
+        commit["files"] += 1
+        commit["records"] += entry["records"]
+        commit["bytes"] += entry["size"]
+        commit["start"] = min(commit.get("start", entry["start"]), entry["start"])
+        commit["end"] = max(commit.get("end", entry["end"]), entry["end"])
+    return [commits[number] for number in sorted(commits, reverse=True)]
+
+
+def last_commit_ms(lake: Lake, manifest_key: str, files: list[dict]) -> int | None:
+    """When the manifest was last written (every commit writes it); else the newest file's creation."""
+    for info in lake.storage.list(manifest_key):
+        if info.key == manifest_key:
+            return int(info.mtime * 1000)
+    return max((file_id_ms(f["id"]) for f in files), default=None)
+
+
+def stream_doc(lake: Lake, tap_id: str, stream: str, now: int) -> dict:
+    """Everything a stream's page and index row show, from its manifest and listing; raises
+    LookupError naming the problem when the manifest is missing or invalid (no scan: no data file is read)."""
+    paths = lake.paths(tap_id, stream)
+    manifest, problem = read_manifest(lake, paths)
+    if problem:
+        raise LookupError(f"{problem.detail} ({problem.path})")
+    doc = describe_stream(lake, tap_id, stream, manifest)
+    ordered = sorted(manifest.versions.values(), key=lambda v: int(v["version"][1:]))
+    for index, version in enumerate(doc["versions"]):
+        version["diff"] = schema_changes(ordered[index - 1], ordered[index]) if index else []
+        version["key_properties"] = ordered[index]["key_properties"]
+    latest = ordered[-1] if ordered else {"schema": {}, "key_properties": []}
+    committed = last_commit_ms(lake, paths.manifest, manifest.files)
+    bars, days = per_day(manifest.files)
+    newest_first = sorted(manifest.files, key=lambda f: (f["commit"], f["id"]), reverse=True)
+    return {
+        **doc,
+        "key_properties": latest["key_properties"],
+        "schema_rows": schema_rows(latest["schema"]),
+        "last_commit": iso_ms(committed) if committed is not None else None,
+        "age": age_text(committed, now) if committed is not None else None,
+        "charts": [chart(bars, days, "records", "records"), chart(bars, days, "bytes", "bytes")] if bars else [],
+        "commit_rows": commits_of(manifest.files)[:MAX_ROWS],
+        "file_rows": newest_first[:MAX_ROWS],
+        "activate_versions": manifest.activate_versions,
+        "replaced": len(manifest.replaced),
+        "labels": {schema_hash: version["version"] for schema_hash, version in manifest.versions.items()},
+    }
+
+
+def verify_by_stream(result: VerifyResult, streams: list[StreamId], lake: Lake) -> tuple[dict[StreamId, dict], list[Finding]]:
+    """Each stream's findings (by the path they name) and failure; findings of no stream go to the index."""
+    status: dict[StreamId, dict] = {sid: {"findings": [], "failure": None} for sid in streams}
+    by_dir = {lake.paths(*sid).stream_dir: sid for sid in streams}  # raw/<tap>/<stream>
+    lake_findings = []
+    for finding in result.findings:
+        owner = by_dir.get("/".join(finding.path.split("/")[:3])) if finding.path.count("/") >= 3 else None
+        (status[owner]["findings"] if owner else lake_findings).append(finding)
+    for failure in result.failures:
+        status.setdefault((failure.tap_id, failure.stream), {"findings": [], "failure": None})["failure"] = failure.cause
+    return status, lake_findings
+
+
+# -- rendering -----------------------------------------------------------------------------------------
+def _csp_hash(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii") + "'"
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("singerlake.jobs", "templates"),
+        autoescape=True,  # every template is HTML: names from the wild must stay text
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["num"] = lambda n: f"{round(n):,}"
+    env.filters["size"] = human_bytes
+    env.filters["when"] = when_html
+    return env
+
+
+def when_html(moment: str | int | None) -> Markup:
+    """A ``<time>`` for an ISO timestamp or ms since the epoch (a filter, not a macro: pages call it
+    thousands of times, and Jinja macros are slow)."""
+    if moment is None:
+        return Markup("–")
+    text = iso_ms(moment) if isinstance(moment, int) else moment
+    return Markup('<time datetime="{}">{}</time>').format(text, text[:19].replace("T", " "))
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def render(taps: list[dict], lake_findings: list[Finding] | None, root: str, now: int) -> dict[str, bytes]:
+    env = _environment()
+    assets = resources.files("singerlake.jobs") / "templates"
+    css = (assets / "site.css").read_text("utf-8")
+    script = (assets / "search.js").read_text("utf-8")
+    common = {
+        "css": Markup(css),  # our own files, not data: inserted as they are
+        "script": Markup(script),
+        "csp": f"default-src 'none'; style-src {_csp_hash(css)}; script-src {_csp_hash(script)}; base-uri 'none'; form-action 'none'",
+        "built": iso_ms(now),
+        "root": root,
+        "verified": lake_findings is not None,
+    }
+    pages = {}
+    stream_template = env.get_template("stream.html")
+    for tap in taps:
+        for stream in tap["streams"]:
+            html = stream_template.render(**common, tap=tap, s=stream, home="../")
+            pages[stream["page"]] = html.encode("utf-8")
+    index = env.get_template("index.html").render(**common, taps=taps, lake_findings=lake_findings or [], home="")
+    pages[INDEX] = index.encode("utf-8")
+    return pages
+
+
+def build_site(lake: Lake, verified: VerifyResult | None = None, now: int | None = None) -> Site:
+    """The site's pages, read from the lake's metadata. A stream whose manifest is missing or
+    invalid, or whose metadata cannot be read, gets a page saying so and is listed in ``problems``."""
+    now = now_ms() if now is None else now
+    root = lake.root_metadata()
+    tap_ids = sorted(set(root["taps"]) | set(lake.listed_taps()))
+    stream_ids = [(tap, stream) for tap in tap_ids for stream in lake.listed_streams(tap)]
+    failures = Failures()
+    docs = for_each_stream(stream_ids, lambda tap, stream: stream_doc(lake, tap, stream, now), failures)
+    problems: list[StreamFailure] = []
+    failures.deliver(problems)
+    cause = {(p.tap_id, p.stream): p.cause for p in problems}
+    status, lake_findings = verify_by_stream(verified, stream_ids, lake) if verified else ({}, None)
+    taps = []
+    for tap_id in tap_ids:
+        notes = root["taps"].get(tap_id)
+        notes = notes if isinstance(notes, dict) else {}  # a tap only on storage, or a hand-edited entry
+        streams = []
+        for sid in (sid for sid in stream_ids if sid[0] == tap_id):
+            stream = docs.get(sid, {"problem": cause.get(sid)})
+            streams.append({"problem": None, **stream, "name": sid[1], "page": page_name(*sid), "verify": status.get(sid)})
+        taps.append(
+            {
+                "tap_id": tap_id,
+                "notes": {name: notes.get(name) for name in ("owner", "description")},
+                "links": {label: (notes.get(key), safe_link(notes.get(key))) for label, key in LINKS},
+                "streams": streams,
+            }
+        )
+    return Site(render(taps, lake_findings, lake.storage.url, now), len(stream_ids), problems)
+
+
+# -- writing ---------------------------------------------------------------------------------------------
+def write_site(site: Site, storage: Storage, prefix: str = "") -> None:
+    """Stream pages first, the index last (it never links to a page not yet written), then delete the
+    pages of streams no longer in the lake. Pages are derived data: no fsync."""
+    for name, html in site.pages.items():
+        if name != INDEX:
+            storage.write(prefix + name, html, durable=False, content_type=HTML)
+    storage.write(prefix + INDEX, site.pages[INDEX], durable=False, content_type=HTML)
+    try:
+        old = [info.key for info in storage.list(prefix + STREAM_PAGES)]
+    except NotFound:
+        return
+    for key in old:
+        if key.endswith(".html") and key[len(prefix) :] not in site.pages:
+            storage.delete(key)

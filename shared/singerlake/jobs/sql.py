@@ -1,0 +1,133 @@
+"""``singerlake sql``: Spark SQL over one tap's streams (SPEC.md §12).
+
+Each stream is a temporary view named by the stream's name: its current rows as the latest
+version of its Delta table holds them (read on the executors through the lake's storage, so S3
+needs no Hadoop connector), or with ``raw`` every landed record through the ``singerlake`` data
+source, with its position columns. Results print as an aligned table, JSON or CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+from collections.abc import Iterator
+from datetime import date, datetime
+from typing import Any
+
+from singerlake.errors import ConfigError
+from singerlake.format.exact import json_text
+from singerlake.jobs import delta
+from singerlake.lake import Lake
+from singerlake.storage import Storage
+
+
+def view_name(stream: str) -> str:
+    """The stream's name as one identifier, whatever it holds (``public.users`` is not schema ``public``)."""
+    return "`" + stream.replace("`", "``") + "`"
+
+
+def chosen_tap(lake: Lake, tap_id: str | None) -> str:
+    if tap_id:
+        lake.check_tap(tap_id)
+        return tap_id
+    taps = lake.taps()
+    if len(taps) != 1:
+        raise ConfigError(f"the lake has taps {taps}: choose one with --tap" if taps else "the lake has no taps")
+    return taps[0]
+
+
+def _read_published(storage: Storage, keys: list[str], target, batches: Iterator[Any]) -> Iterator[Any]:
+    """Executor side: the published Parquet files whose numbers are in the input, as Spark's Arrow types."""
+    import pyarrow.parquet as pq
+
+    for batch in batches:
+        for number in batch.column("id").to_pylist():
+            yield from pq.read_table(io.BytesIO(storage.read(keys[number]).data)).cast(target).to_batches()
+
+
+def current_rows(lake: Lake, spark, tap_id: str, stream: str):
+    """The stream's current rows (the latest table version), or None before its first projection."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from singerlake.spark.schema import arrow_schema
+
+    key = delta.table_key(tap_id, stream)
+    published = delta.latest(lake.storage, key)
+    if published.state is None:
+        return None
+    schema = from_arrow_schema(pa.schema(published.table.schema().to_arrow()))
+    files = [f"{key}/{part['published']}" for part in published.state["parts"]]
+    if not files:
+        return spark.createDataFrame([], schema)
+    target = arrow_schema(schema, spark.conf.get("spark.sql.session.timeZone"))
+    read = functools.partial(_read_published, lake.storage, files, target)
+    return spark.range(len(files), numPartitions=len(files)).mapInArrow(read, schema)
+
+
+def raw_records(lake: Lake, spark, tap_id: str, stream: str):
+    from singerlake.replay.datasource import register
+
+    register(spark)
+    reader = spark.read.format("singerlake").option("tap_id", tap_id).option("stream", stream)
+    for name, value in lake.storage.open_options().items():
+        reader = reader.option(f"s3_{name}", value)
+    return reader.load(lake.storage.url)
+
+
+def run_query(lake: Lake, spark, query: str, tap_id: str | None = None, raw: bool = False) -> tuple[list[str], list[tuple]]:
+    """Register the tap's streams as views and run ``query``: (column names, rows)."""
+    from pyspark.errors import PySparkException
+
+    tap_id = chosen_tap(lake, tap_id)
+    for stream in lake.streams(tap_id):
+        frame = raw_records(lake, spark, tap_id, stream) if raw else current_rows(lake, spark, tap_id, stream)
+        if frame is not None:
+            frame.createOrReplaceTempView(view_name(stream))
+    try:
+        result = spark.sql(query)
+        return result.columns, [tuple(row) for row in result.collect()]
+    except PySparkException as exc:
+        raise ConfigError(f"the query failed: {str(exc).strip().splitlines()[0]}") from None
+
+
+# -- output -----------------------------------------------------------------------------------------
+def _plain(value: Any) -> Any:
+    """A result value as JSON data: structs as objects, times as ISO 8601; decimals stay exact."""
+    if hasattr(value, "asDict"):
+        return {k: _plain(v) for k, v in value.asDict().items()}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, bytes | bytearray):
+        return value.hex()
+    return value.isoformat() if isinstance(value, datetime | date) else value
+
+
+def cell(value: Any) -> str:
+    """A value as text: strings as they are, nested values as JSON text, null as empty."""
+    value = _plain(value)
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json_text(value)
+
+
+def as_json(columns: list[str], rows: list[tuple]) -> str:
+    return "[" + ",\n".join(json_text(dict(zip(columns, map(_plain, row), strict=True))) for row in rows) + "]"
+
+
+def as_csv(columns: list[str], rows: list[tuple]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows([cell(value) for value in row] for row in rows)
+    return out.getvalue().rstrip("\n")
+
+
+def as_table(columns: list[str], rows: list[tuple]) -> str:
+    texts = [[cell(value).replace("\n", "\\n") for value in row] for row in rows]
+    widths = [max([len(name), *(len(row[i]) for row in texts)]) for i, name in enumerate(columns)]
+    line = lambda values: " | ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()  # noqa: E731
+    footer = f"({len(rows)} row{'s' if len(rows) != 1 else ''})"
+    return "\n".join([line(columns), "-+-".join("-" * w for w in widths), *map(line, texts), footer])

@@ -1,0 +1,271 @@
+"""The drain of landing (SPEC.md §10): batch after batch, one Spark job writes every segment's files,
+commits go out in parallel across streams, then the batch's STATE is emitted.
+
+One thread takes batches in order, so a STATE never passes the records before it. A stream-schema's
+writer takes its lock and registers (the fence, §9) on a bounded pool as soon as its first record
+is read (``open_writer``), so a first batch's opens overlap Spark's start-up; a batch's Spark job
+starts only once every writer it needs is registered, because a stream's first manifest must
+exist before any of its data files (SPEC.md §7). Then each stream commits its segments and
+ACTIVATE_VERSION marks in order, streams side by side on the same pool, each commit its own fenced
+compare-and-swap. The catalogue and ``singerlake.json`` are written once per batch, and only when
+an entry changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+from singerlake.commits.writer import SchemaWriter
+from singerlake.errors import SingerlakeError
+from singerlake.format import catalogue as cat
+from singerlake.format.datafile import gzip_member
+from singerlake.format.manifest import Manifest
+from singerlake.lake import Lake
+from singerlake.landing.batch import ActivateVersion, Batch, Segment
+from singerlake.landing.spark_write import FileJob, batch_table, write_with_spark
+from singerlake.times import iso_ms
+
+log = logging.getLogger("singerlake.landing")
+
+
+class LandingError(SingerlakeError, RuntimeError):
+    """Writing or committing a batch failed; nothing of that batch is visible, earlier ones are."""
+
+
+@dataclass
+class DrainJob:
+    batch: Batch
+    state: bytes | None
+
+
+class Drain:
+    """Runs DrainJobs in order on one thread; ``submit`` waits while ``queued`` jobs are already in line."""
+
+    def __init__(self, lake: Lake, settings: Any, spark: Callable[[], Any], emit_state: Callable[[bytes], None], queued: int):
+        self.lake = lake
+        self.settings = settings
+        self.spark = spark
+        self.emit_state = emit_state
+        self.error: BaseException | None = None
+        self.writers: dict[tuple[str, str], Future[SchemaWriter]] = {}
+        self._writers_lock = threading.Lock()  # the reader opens writers, the drain looks them up
+        self._published: dict[str, dict] = {}  # the catalogue entry this run last wrote per stream
+        self._registered = False
+        # Opens, commits and releases of many streams: as many at once as the storage serves well.
+        self._pool = ThreadPoolExecutor(lake.storage.parallel_requests, thread_name_prefix="singerlake-commit")
+        self._batches = 0
+        self._records = 0
+        self._started = time.monotonic()
+        self._jobs: queue.Queue[DrainJob | None] = queue.Queue(maxsize=max(1, queued))
+        self._thread = threading.Thread(target=self._loop, name="singerlake-drain", daemon=True)
+        self._thread.start()
+
+    # -- the caller's side -------------------------------------------------------------------------
+    def submit(self, job: DrainJob) -> None:
+        while True:
+            self.raise_if_failed()
+            try:
+                self._jobs.put(job, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def raise_if_failed(self) -> None:
+        if self.error is not None:
+            cause = self.error
+            if isinstance(cause, ConnectionError) or type(cause).__name__.startswith("Py4J"):
+                cause = f"the Spark driver JVM stopped responding (did it die?): {cause}"
+            raise LandingError(f"landing failed, nothing after the last emitted STATE was committed: {cause}") from self.error
+
+    def stop(self) -> None:
+        """Let the jobs already handed over finish, then end the thread."""
+        while self._thread.is_alive():
+            try:
+                self._jobs.put(None, timeout=0.2)
+                break
+            except queue.Full:
+                continue
+        self._thread.join()
+
+    def close(self) -> None:
+        """Release every lock, side by side (also after a failure: uncommitted files stay invisible)."""
+        wait(self.writers.values())  # a writer still taking its lock is released once it has it
+        opened = [future.result() for future in self.writers.values() if future.exception() is None]
+        for writer, outcome in zip(opened, self._pool.map(_release, opened), strict=True):
+            if outcome is not None:
+                log.warning("could not release %s: %s", writer.lock.key, outcome)
+        self.writers.clear()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    # -- the drain thread ----------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            if self.error is not None:
+                continue  # a batch failed: later ones must not commit past it
+            try:
+                self._run(job)
+            except BaseException as exc:  # reported to the reading thread, which fails the run
+                self.error = exc
+
+    def _run(self, job: DrainJob) -> None:
+        started = time.monotonic()
+        segments = job.batch.segments()
+        records = sum(segment.records for segment in segments)
+        for segment in segments:
+            self.open_writer(segment.schema).result()  # registered before any of its files is written
+        files = self._write(segments) if segments else []
+        if self.settings.confirm_files:
+            self._confirm_stored([file for segment_files in files for file in segment_files])
+        written = time.monotonic()
+        files_of = {id(segment): segment_files for segment, segment_files in zip(segments, files, strict=True)}
+        commits = [self._pool.submit(self._commit_stream, stream, items, files_of) for stream, items in job.batch.streams.items()]
+        wait(commits)
+        for future in commits:
+            future.result()  # the first failure fails the batch (after every stream's commit has ended)
+        self._publish([future.result() for future in commits])
+        if job.state is not None:
+            self.emit_state(job.state)
+        self._report(records, len(job.batch.streams), sum(len(f) for f in files), started, written)
+
+    def open_writer(self, schema: Any) -> Future[SchemaWriter]:
+        """The stream-schema's writer, opening (lock, registration) on the pool if it is new to this run."""
+        key = (schema.message["stream"], schema.hash)
+        with self._writers_lock:
+            if key not in self.writers:
+                self.writers[key] = self._pool.submit(self._new_writer(schema).open)
+            return self.writers[key]
+
+    def _new_writer(self, schema: Any) -> SchemaWriter:
+        s = self.settings
+        return SchemaWriter(
+            self.lake,
+            s.tap_id,
+            schema.message,
+            schema_line=schema.line,
+            work_id=s.work_id,
+            lease_s=s.lock_lease_s,
+            drift_s=s.lock_drift_s,
+            wait_s=s.lock_wait_s,
+            annotations=s.annotations,
+            compresslevel=s.compresslevel,
+        )
+
+    def _write(self, segments: list[Segment]) -> list[list[dict]]:
+        """One Spark job for every segment of the batch; each segment's file records, in record order."""
+        s = self.settings
+        jobs = []
+        for segment in segments:
+            schema = segment.schema
+            paths = self.lake.paths(s.tap_id, segment.stream)
+            member = gzip_member(schema.line + b"\n", s.compresslevel)
+            jobs.append(FileJob(self.lake.storage, paths, schema.hash, member, s.max_file_bytes, s.work_id))
+        table = batch_table([segment.chunks for segment in segments])
+        for segment in segments:
+            segment.chunks = []  # the table holds the only copy now
+        spark = self.spark()
+        _label_jobs(spark, self.job_group(self._batches + 1), f"{len(segments)} segment(s), {table.num_rows} chunk(s)")
+        return write_with_spark(spark, jobs, table)
+
+    def _confirm_stored(self, files: list[dict]) -> None:
+        """Executors elsewhere (a cluster) must have written where the driver will look: check every
+        file's size in the lake's storage before any commit names it (SPEC.md §10)."""
+        for problem in self._pool.map(self._stored_problem, files):
+            if problem:
+                raise LandingError(
+                    f"{problem}: the executors wrote somewhere the driver cannot see; nothing of this batch was committed "
+                    "(is lake_root really shared with every executor?)"
+                )
+
+    def _stored_problem(self, file: dict) -> str | None:
+        found = next((info for info in self.lake.storage.list(file["path"]) if info.key == file["path"]), None)
+        if found is None:
+            return f"data file {file['path']}, reported written by an executor, is not in the lake's storage"
+        if found.size != file["size"]:
+            return f"data file {file['path']} has {found.size} bytes in the lake's storage, the executor reported {file['size']}"
+        return None
+
+    def job_group(self, batch: int) -> str:
+        """The Spark job group of a batch's job: unique per run, so the UI and status tracker tell runs apart."""
+        return f"{self.settings.work_id or 'target-singerlake'} batch {batch}"
+
+    def _commit_stream(self, stream: str, items: list[Segment | ActivateVersion], files_of: dict[int, list[dict]]) -> Manifest | None:
+        """One stream's segments and marks, in arrival order; returns its manifest after the last commit."""
+        manifest = None
+        for item in items:
+            if isinstance(item, Segment):
+                manifest = self.writers[(stream, item.schema.hash)].result().commit(files_of[id(item)], publish=False)
+            else:
+                manifest = self._record_activation(stream, item)
+        return manifest
+
+    def _record_activation(self, stream: str, item: ActivateVersion) -> Manifest:
+        def change(manifest: Manifest) -> None:
+            manifest.add_activation(item.version, iso_ms(item.received_ms))
+
+        return self.lake.update_manifest(self.lake.paths(self.settings.tap_id, stream), change)
+
+    def _publish(self, manifests: list[Manifest | None]) -> None:
+        """Catalogue entries that changed since this run last wrote them, in one update; the tap once a run."""
+        changed = []
+        for manifest in manifests:
+            if manifest is not None and manifest.versions:
+                entry = cat.catalog_entry(manifest, self.lake.paths(manifest.tap_id, manifest.stream).stream_dir)
+                if self._published.get(manifest.stream) != entry:
+                    changed.append(entry)
+        if changed:
+            self.lake.publish_catalogue(self.settings.tap_id, changed)
+            self._published.update((entry["tap_stream_id"], entry) for entry in changed)
+        if not self._registered and self._published:
+            self.lake.register_tap(self.settings.tap_id, self.settings.annotations)
+            self._registered = True
+
+    def _report(self, records: int, streams: int, files: int, started: float, written: float) -> None:
+        self._batches += 1
+        self._records += records
+        elapsed = time.monotonic() - self._started
+        jobs = _jobs_in_group(self.spark(), self.job_group(self._batches)) if files else 0
+        log.info(
+            "batch %d: %d records of %d stream(s) in %d file(s) by %s Spark job(s): written in %.2fs, committed in %.2fs; "
+            "%s records so far (%s/s)",
+            self._batches,
+            records,
+            streams,
+            files,
+            "?" if jobs is None else jobs,
+            written - started,
+            time.monotonic() - written,
+            f"{self._records:,}",
+            f"{self._records / elapsed:,.0f}" if elapsed > 0 else "-",
+        )
+
+
+def _release(writer: SchemaWriter) -> Exception | None:
+    try:
+        writer.close()
+    except Exception as exc:
+        return exc
+    return None
+
+
+def _is_connect(spark) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _label_jobs(spark, group: str, description: str) -> None:
+    """Name the batch's Spark job in the UI and the status tracker (Spark Connect has no job groups)."""
+    if not _is_connect(spark):
+        spark.sparkContext.setJobGroup(group, description)
+
+
+def _jobs_in_group(spark, group: str) -> int | None:
+    return None if _is_connect(spark) else len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
