@@ -82,3 +82,21 @@ def test_missing_java_says_how_to_get_it(monkeypatch, tmp_path):
 def test_java_is_found_for_spark():
     home = java.ensure_java()
     assert java.java_major(Path(home) / "bin" / "java") >= java.MIN_JAVA
+
+
+def test_readme_python_api_example_runs_as_written(demo_lake):
+    """The README's "Python API" block, run as a program against the demo's lake (only the root differs)."""
+    root, _ = demo_lake
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("## Python API", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert 'root = "demo/out/singerlake"' in block
+    program = block.replace('root = "demo/out/singerlake"', f"root = {str(root)!r}")
+    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.splitlines()
+    counts = sample_counts()
+    listed = [line for line in lines if line.startswith("tap-demo ")]
+    assert sorted(line.split()[1] for line in listed) == sorted(counts)
+    assert "[]" in lines  # verify found nothing wrong
+    last_stream = sorted(counts)[-1]
+    assert lines[-1] == str(counts[last_stream])

@@ -291,3 +291,24 @@ def test_a_lake_written_by_1x_is_read_upgraded_in_place_and_bookmarks_still_hold
     assert "nothing to upgrade" in again.stdout
     verify = subprocess.run([SINGERLAKE, "verify", str(root), "--no-hashes"], capture_output=True, text=True)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_a_newer_format_is_refused_by_name_and_never_rebuilt(tmp_path):
+    """A manifest, part or singerlake.json written by a newer Singerlake is refused (SPEC.md §13), and
+    repair leaves it alone instead of rewriting it as 2.0."""
+    from singerlake.format.metadata import NewerFormat
+
+    lake = Lake.open(str(tmp_path / "lake"))
+    _stream_of(lake.storage, 3)
+    key = PATHS.manifest
+    doc = json.loads(lake.storage.read(key).data)
+    newer = json.dumps({**doc, "spec_version": "2.1"}).encode()
+    lake.storage.write(key, newer)
+    with pytest.raises(NewerFormat, match=r"manifest.json: written under lake format 2.1, newer than the 2.0"):
+        lake.manifest(PATHS.tap_id, PATHS.stream)
+    cli = subprocess.run(
+        [sys.executable, "-m", "singerlake.cli", "repair", str(tmp_path / "lake"), "--apply"], capture_output=True, text=True
+    )
+    assert cli.returncode != 0 and "Traceback" not in cli.stderr
+    assert "newer than the 2.0" in cli.stderr
+    assert lake.storage.read(key).data == newer  # untouched

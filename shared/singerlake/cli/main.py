@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import sys
 
 import singerlake
+from singerlake.cli.output import as_csv, as_json, as_table, emit, finish
 from singerlake.errors import ConfigError, run_command
 from singerlake.jobs.describe import describe_lake, describe_text, stream_locks
 from singerlake.lake import Lake
@@ -76,21 +76,6 @@ def progress(args: argparse.Namespace, label: str):
     from singerlake.jobs.runner import Progress
 
     return Progress(label, enabled=False if args.json else None)
-
-
-def emit(args: argparse.Namespace, doc, text: str) -> None:
-    print(json.dumps(doc, indent=1, ensure_ascii=False) if args.json else text)
-
-
-def finish(args: argparse.Namespace, doc: dict, text: str, failures: list, problems: bool = False) -> int:
-    """Print a stream job's result with its failed streams (one line each on stderr, and in the JSON
-    document); exit 1 when a stream failed (or ``problems``), else 0."""
-    emit(args, {**doc, "failures": [f.to_dict() for f in failures]}, text)
-    for failure in failures:
-        print(f"singerlake {args.command}: failed: {failure}", file=sys.stderr)
-    if failures:
-        print(f"singerlake {args.command}: {len(failures)} stream(s) failed; the others finished", file=sys.stderr)
-    return 1 if failures or problems else 0
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -182,7 +167,7 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from singerlake.jobs.sql import as_csv, as_json, as_table, run_query
+    from singerlake.jobs.sql import run_query
 
     lake = open_lake(args)
     columns, rows = run_query(lake, start_spark(args), args.query, tap_id=args.tap, raw=args.raw)

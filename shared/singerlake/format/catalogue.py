@@ -8,7 +8,7 @@ from typing import Any
 
 from singerlake.errors import ConfigError
 from singerlake.format.manifest import SPEC_VERSION, Manifest
-from singerlake.format.metadata import InvalidMetadata
+from singerlake.format.metadata import InvalidMetadata, check_spec_version
 
 ROOT_FORMAT = "singerlake"
 ANNOTATIONS = ("owner", "description", "docs_url", "logs_url")
@@ -53,6 +53,8 @@ def load(data: bytes, source: str, expect: str) -> dict:
             if not isinstance(entry, dict) or not isinstance(entry.get("tap_stream_id"), str) or not isinstance(entry.get("schema"), dict):
                 raise InvalidMetadata(f"{source}: streams[{index}] needs 'tap_stream_id' and 'schema'")
     else:
+        if isinstance(doc, dict):
+            check_spec_version(doc, source, SPEC_VERSION)
         if not isinstance(doc, dict) or doc.get("format") != ROOT_FORMAT or not isinstance(doc.get("taps"), dict):
             raise InvalidMetadata(f"{source}: must have 'format': {ROOT_FORMAT!r} and a 'taps' object")
     return doc

@@ -43,6 +43,20 @@ def json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def json_value(value: Any) -> Any:
+    """A value read back from Arrow or Spark as JSON data: structs (rows, dicts) as objects, bytes
+    as hex, dates and times as ISO 8601; decimals stay exact (``json_text`` writes their digits)."""
+    if hasattr(value, "asDict"):
+        return {k: json_value(v) for k, v in value.asDict().items()}
+    if isinstance(value, dict):
+        return {str(k): json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_value(v) for v in value]
+    if isinstance(value, bytes | bytearray):
+        return value.hex()
+    return value.isoformat() if hasattr(value, "isoformat") else value
+
+
 # -- what the declared schema says ------------------------------------------------------------------
 def _kinds(schema: dict) -> list[str]:
     kind = schema.get("type")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from singerlake.format.metadata import InvalidMetadata
+from singerlake.format.metadata import InvalidMetadata, check_spec_version
 from singerlake.format.parts import (
     TAIL_ACTIVATION_BYTES,
     TAIL_FILE_BYTES,
@@ -385,6 +385,7 @@ def validate_manifest(doc: Any, source: str) -> None:
 
     if not isinstance(doc, dict):
         fail("must be a JSON object")
+    check_spec_version(doc, source, SPEC_VERSION)
     if doc.get("format") not in (MANIFEST_FORMAT, MANIFEST_FORMAT_1):
         fail(f"field 'format' must be {MANIFEST_FORMAT!r} (or 1.x {MANIFEST_FORMAT_1!r}), got {doc.get('format')!r}")
     for name in ("tap_id", "stream"):

@@ -18,6 +18,27 @@ class InvalidMetadata(SingerlakeError, ValueError):
     """A metadata record breaks the format; the message names the field."""
 
 
+class NewerFormat(SingerlakeError):
+    """A document of a newer lake format. Not InvalidMetadata: repair must never rebuild it as an older one."""
+
+
+def check_spec_version(doc: dict, source: str, known: str) -> None:
+    """Refuse a document written under a newer format than this reader knows (SPEC.md §13): what it
+    added could be missed (1.1's gzip members were invisible to a 1.0 reader), so nothing of it is read."""
+    written = doc.get("spec_version")
+    if written is None:
+        return  # 1.x manifests and parts carry no spec_version; their `format` tells them apart
+    try:
+        newer = tuple(int(n) for n in str(written).split(".")) > tuple(int(n) for n in known.split("."))
+    except ValueError:
+        raise InvalidMetadata(f"{source}: field 'spec_version' must look like '2.0', got {written!r}") from None
+    if newer:
+        raise NewerFormat(
+            f"{source}: written under lake format {written}, newer than the {known} this Singerlake reads; "
+            "upgrade singerlake (pip install -U singerlake) to read it"
+        )
+
+
 def new_digest():
     """An empty digest of the record's ``hash``: 16-byte blake2b, fed the stored bytes."""
     return hashlib.blake2b(digest_size=16)

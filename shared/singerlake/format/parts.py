@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 from singerlake.format.layout import StreamPaths
-from singerlake.format.metadata import InvalidMetadata, validate_record
+from singerlake.format.metadata import InvalidMetadata, check_spec_version, validate_record
 from singerlake.format.positions import commit_span, entry_runs
 from singerlake.storage import NotFound, PreconditionFailed, Storage
 
@@ -162,6 +162,8 @@ def decode_part(data: bytes, source: str, summary: dict, versions: dict, commits
         doc = msgspec.json.decode(gzip.decompress(data))
     except (OSError, EOFError, msgspec.DecodeError) as exc:
         raise InvalidMetadata(f"{source}: not a gzipped JSON part: {exc}") from None
+    if isinstance(doc, dict):
+        check_spec_version(doc, source, PART_SPEC_VERSION)
     if not isinstance(doc, dict) or doc.get("format") != PART_FORMAT:
         raise InvalidMetadata(f"{source}: field 'format' must be {PART_FORMAT!r}")
     files, activations = doc.get("files"), doc.get("activate_versions")

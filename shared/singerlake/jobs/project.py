@@ -33,7 +33,7 @@ from typing import Any
 
 from singerlake.errors import ConfigError, SingerlakeError
 from singerlake.format.catalogue import replay_schema
-from singerlake.format.exact import column_type, converter, decode, join_all, json_text, need_of, table_schema
+from singerlake.format.exact import column_type, converter, decode, join_all, json_text, json_value, need_of, table_schema
 from singerlake.format.manifest import Manifest
 from singerlake.format.messages import decode_envelope
 from singerlake.format.names import encode_segment
@@ -195,18 +195,9 @@ def csv_ready(table):
 
     for index, column in enumerate(table.schema):
         if pa.types.is_nested(column.type):
-            texts = [None if v is None else json_text(_plain(v)) for v in table.column(index).to_pylist()]
+            texts = [None if v is None else json_text(json_value(v)) for v in table.column(index).to_pylist()]
             table = table.set_column(index, column.name, pa.array(texts, pa.string()))
     return table
-
-
-def _plain(value: Any) -> Any:
-    """Arrow's Python values as JSON values (times as ISO 8601 text)."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value.isoformat() if hasattr(value, "isoformat") else value
 
 
 # -- planning on the driver ----------------------------------------------------------------------

@@ -8,15 +8,12 @@ source, with its position columns. Results print as an aligned table, JSON or CS
 
 from __future__ import annotations
 
-import csv
 import functools
 import io
 from collections.abc import Iterator
-from datetime import date, datetime
 from typing import Any
 
 from singerlake.errors import ConfigError
-from singerlake.format.exact import json_text
 from singerlake.jobs import delta
 from singerlake.lake import Lake
 from singerlake.storage import Storage
@@ -89,45 +86,3 @@ def run_query(lake: Lake, spark, query: str, tap_id: str | None = None, raw: boo
         return result.columns, [tuple(row) for row in result.collect()]
     except PySparkException as exc:
         raise ConfigError(f"the query failed: {str(exc).strip().splitlines()[0]}") from None
-
-
-# -- output -----------------------------------------------------------------------------------------
-def _plain(value: Any) -> Any:
-    """A result value as JSON data: structs as objects, times as ISO 8601; decimals stay exact."""
-    if hasattr(value, "asDict"):
-        return {k: _plain(v) for k, v in value.asDict().items()}
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, bytes | bytearray):
-        return value.hex()
-    return value.isoformat() if isinstance(value, datetime | date) else value
-
-
-def cell(value: Any) -> str:
-    """A value as text: strings as they are, nested values as JSON text, null as empty."""
-    value = _plain(value)
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else json_text(value)
-
-
-def as_json(columns: list[str], rows: list[tuple]) -> str:
-    return "[" + ",\n".join(json_text(dict(zip(columns, map(_plain, row), strict=True))) for row in rows) + "]"
-
-
-def as_csv(columns: list[str], rows: list[tuple]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(columns)
-    writer.writerows([cell(value) for value in row] for row in rows)
-    return out.getvalue().rstrip("\n")
-
-
-def as_table(columns: list[str], rows: list[tuple]) -> str:
-    texts = [[cell(value).replace("\n", "\\n") for value in row] for row in rows]
-    widths = [max([len(name), *(len(row[i]) for row in texts)]) for i, name in enumerate(columns)]
-    line = lambda values: " | ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()  # noqa: E731
-    footer = f"({len(rows)} row{'s' if len(rows) != 1 else ''})"
-    return "\n".join([line(columns), "-+-".join("-" * w for w in widths), *map(line, texts), footer])

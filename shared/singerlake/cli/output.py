@@ -1,0 +1,57 @@
+"""What the ``singerlake`` command prints: a result as text or JSON, failed streams on stderr, and
+query results as an aligned table, JSON or CSV. Errors are reported by ``singerlake.errors``."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from typing import Any
+
+from singerlake.format.exact import json_text, json_value
+
+
+def emit(args: argparse.Namespace, doc, text: str) -> None:
+    print(json.dumps(doc, indent=1, ensure_ascii=False) if args.json else text)
+
+
+def finish(args: argparse.Namespace, doc: dict, text: str, failures: list, problems: bool = False) -> int:
+    """Print a stream job's result with its failed streams (one line each on stderr, and in the JSON
+    document); exit 1 when a stream failed (or ``problems``), else 0."""
+    emit(args, {**doc, "failures": [f.to_dict() for f in failures]}, text)
+    for failure in failures:
+        print(f"singerlake {args.command}: failed: {failure}", file=sys.stderr)
+    if failures:
+        print(f"singerlake {args.command}: {len(failures)} stream(s) failed; the others finished", file=sys.stderr)
+    return 1 if failures or problems else 0
+
+
+# -- query results ----------------------------------------------------------------------------------
+def cell(value: Any) -> str:
+    """A value as text: strings as they are, nested values as JSON text, null as empty."""
+    value = json_value(value)
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json_text(value)
+
+
+def as_json(columns: list[str], rows: list[tuple]) -> str:
+    return "[" + ",\n".join(json_text(dict(zip(columns, map(json_value, row), strict=True))) for row in rows) + "]"
+
+
+def as_csv(columns: list[str], rows: list[tuple]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows([cell(value) for value in row] for row in rows)
+    return out.getvalue().rstrip("\n")
+
+
+def as_table(columns: list[str], rows: list[tuple]) -> str:
+    texts = [[cell(value).replace("\n", "\\n") for value in row] for row in rows]
+    widths = [max([len(name), *(len(row[i]) for row in texts)]) for i, name in enumerate(columns)]
+    line = lambda values: " | ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()  # noqa: E731
+    footer = f"({len(rows)} row{'s' if len(rows) != 1 else ''})"
+    return "\n".join([line(columns), "-+-".join("-" * w for w in widths), *map(line, texts), footer])
