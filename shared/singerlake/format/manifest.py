@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+
 from singerlake.format.metadata import InvalidMetadata, check_spec_version
 from singerlake.format.parts import (
     TAIL_ACTIVATION_BYTES,

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import msgspec
+
 from singerlake.errors import SingerlakeError
 from singerlake.times import parse_time_ms
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+
 from singerlake.format.layout import StreamPaths
 from singerlake.format.metadata import InvalidMetadata, check_spec_version, validate_record
 from singerlake.format.positions import commit_span, entry_runs

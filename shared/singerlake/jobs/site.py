@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 import jinja2
 from markupsafe import Markup
+
 from singerlake.format.names import encode_segment
 from singerlake.jobs.describe import describe_stream, schema_changes, type_text
 from singerlake.jobs.runner import Failures, StreamFailure, StreamId, for_each_stream

@@ -47,6 +47,7 @@ def current_rows(lake: Lake, spark, tap_id: str, stream: str):
     """The stream's current rows (the latest table version), or None before its first projection."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import from_arrow_schema
+
     from singerlake.spark.schema import arrow_schema
 
     key = delta.table_key(tap_id, stream)

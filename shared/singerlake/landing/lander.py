@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+
 from singerlake.commits.lock import DEFAULT_DRIFT_S, DEFAULT_LEASE_S, DEFAULT_WAIT_S
 from singerlake.format.datafile import DEFAULT_COMPRESSLEVEL
 from singerlake.format.messages import (

@@ -224,6 +224,7 @@ def write_with_spark(spark, jobs: list[FileJob], table) -> list[list[dict[str, A
 
 def _warm_partition(batches: Iterator[Any]) -> Iterator[Any]:
     import pyarrow as pa
+
     import singerlake.landing.spark_write  # noqa: F401  (the import is the point: workers start warm)
 
     yield pa.RecordBatch.from_pydict({"segment": [0], "first_chunk": [sum(b.num_rows for b in batches)], "meta": [""]})

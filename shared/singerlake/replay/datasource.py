@@ -27,6 +27,7 @@ from functools import partial
 
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
 from singerlake.errors import ConfigError
 from singerlake.format.catalogue import replay_schema
 from singerlake.format.datafile import open_data_file

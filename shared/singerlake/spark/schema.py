@@ -21,6 +21,7 @@ from decimal import Decimal
 from typing import Any
 
 from pyspark.sql import types as T
+
 from singerlake.format.exact import JSON_FIELD, json_text, parse_timestamp
 
 INT64 = (-(2**63), 2**63 - 1)

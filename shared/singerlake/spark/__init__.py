@@ -1,0 +1,1 @@
+"""Spark: starting sessions (local, cluster, Connect), finding Java, and readying the executors."""
