@@ -253,6 +253,34 @@ def test_sql_queries_current_rows_by_stream_name_as_json_csv_and_a_table(lake, s
     assert raw.stdout.splitlines() == ["records | commits", "--------+--------", "4       | 2", "(1 row)"], raw.stdout
 
 
+def test_sql_raw_gives_every_record_exactly_with_its_position(lake, spark):  # noqa: F811
+    """`singerlake sql --raw`: the data source types every landed record as the projection types the current rows."""
+    land_records(lake, FIRST)
+    land_records(lake, ['{"id": 2, "amount": 99.5, "big": 3, "doc": {"a": 1}, "huge": 1}'])
+    columns = "id, `qty.count`, amount, big, doc, huge, `with space €``x`, tags, at, _singerlake_commit, _singerlake_index"
+    types = "typeof(amount) AS amount, typeof(big) AS big, typeof(doc) AS doc, typeof(huge) AS huge, typeof(`qty.count`) AS q"
+    query = f"SELECT {columns}, {types.replace(' AS ', ' AS t_')} FROM `{STREAM}` ORDER BY _singerlake_commit, _singerlake_index"
+    out = sql(lake, query, "--raw", "--json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = decode(out.stdout)
+    positions = [(row["id"], row["_singerlake_commit"], row["_singerlake_index"]) for row in rows]
+    assert positions == [(1, 1, 0), (2, 1, 1), (3, 1, 2), (2, 2, 0)]
+    assert {k: v for k, v in rows[0].items() if k.startswith("t_")} == {
+        "t_amount": "decimal(38,18)",  # numeric(38,18)-like: exact, not a double
+        "t_big": "decimal(30,0)",  # beyond 64 bits: exact, not null
+        "t_doc": "string",
+        "t_huge": "string",
+        "t_q": "decimal(2,1)",
+    }
+    assert rows[0]["amount"] == Decimal("12345678901234567890.123456789012345678")
+    assert rows[1]["amount"] == Decimal("-0.000000000000000001") and rows[3]["amount"] == Decimal("99.5")
+    assert rows[0]["big"] == 123456789012345678901234567890 and rows[2]["big"] == -(2**63)
+    assert [row["doc"] for row in rows] == ['"just a string"', '"{\\"a\\": 1}"', '{"a":1,"b":[true,null,2.50]}', '{"a":1}']
+    assert [row["huge"] for row in rows] == ["1E+400", "0.1", "2", "1"]
+    assert rows[0]["qty.count"] == Decimal("1.5") and rows[0]["with space €`x"] == "ü" and rows[0]["tags"] == [1, 2]
+    assert datetime.fromisoformat(rows[0]["at"]).astimezone(timezone.utc) == EXPECTED[1]["at"]  # Spark gives local time
+
+
 def test_sql_errors_are_one_line_with_exit_2(local_lake, spark):  # noqa: F811
     land_records(local_lake, FIRST)
     land(local_lake.config | {"tap_id": "tap-other"}, joined([schema_msg("x", TRICKY, ["id"]), record_msg("x", FIRST[0])]))

@@ -143,6 +143,11 @@ def _nested(need: dict) -> Need:
     return "json" if "json" in parts else need
 
 
+def records_needs(properties: dict[str, dict], records: list[dict]) -> dict[str, Need]:
+    """What the values of ``records`` (decoded records) need, per property: one column each."""
+    return join_all([{name: need_of(spec, record.get(name)) for name, spec in properties.items()} for record in records])
+
+
 def join_all(needs: list[dict[str, Need]]) -> dict[str, Need]:
     joined: dict[str, Need] = {}
     for part in needs:

@@ -35,7 +35,7 @@ from singerlake import delta
 from singerlake.catalogue import replay_schema
 from singerlake.datasource import plan_files, planned_lines
 from singerlake.errors import ConfigError, SingerlakeError
-from singerlake.exact import column_type, converter, decode, join_all, json_text, need_of, table_schema
+from singerlake.exact import column_type, converter, decode, join_all, json_text, records_needs, table_schema
 from singerlake.jobs import Failures, Progress, StreamFailure, for_each_stream, run_items, run_stream_items, selected_streams
 from singerlake.lake import Lake
 from singerlake.manifest import Manifest
@@ -128,7 +128,7 @@ def records_of(staging) -> list[dict]:
 
 
 def needs_of(properties: dict, records: list[dict]) -> dict:
-    return join_all([{name: need_of(spec, record.get(name)) for name, spec in properties.items()} for record in records])
+    return records_needs(properties, records)
 
 
 def write_staging(storage: Storage, prefix: str, staging, properties: dict) -> dict:
