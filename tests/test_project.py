@@ -18,9 +18,10 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lakes import TAP, LakeUnderTest, joined, land, local_lake_at, record_msg, schema_msg
+from singerlake import delta
 from singerlake.delta import storage_options, table_key, table_uri
 from singerlake.exact import decode, json_text
-from singerlake.project import project
+from singerlake.project import bucket_of, project
 from singerlake.storage import S3Storage
 from singerlake.vacuum import vacuum
 from test_lake_jobs import open_lake, run_cli, spark  # noqa: F401  (spark: the module's session fixture)
@@ -109,6 +110,63 @@ def test_published_delta_table_is_exact_and_changes_only_what_must_change(lake, 
     assert files[0] < files[2] and files[1] - files[2] and len(files[2]) == 2  # key 4 updated: only its file replaced
     latest = DeltaTable(uri(lake), storage_options=storage_options(lake.storage)).to_pyarrow_table().to_pylist()
     assert by_id(latest)[4]["amount"] == Decimal("2.25") and len(latest) == 4
+
+
+def delta_actions(lake: LakeUnderTest, version: int, stream: str) -> dict[str, set[str]]:
+    """The files a version's commit adds and removes, as its Delta log entry records them."""
+    log = lake.read(f"{table_key(TAP, stream)}/_delta_log/{version:020d}.json").decode()
+    actions = [json.loads(line) for line in log.splitlines() if line.strip()]
+    return {kind: {action[kind]["path"] for action in actions if kind in action} for kind in ("add", "remove")}
+
+
+def test_large_streams_rewrite_only_the_buckets_their_new_records_touch(local_lake, spark):  # noqa: F811
+    """A stream above the small-stream size (lowered here) is kept in buckets of keys: a run that
+    updates a few keys removes and adds only their buckets' files, in one Delta commit."""
+    stream = "public.big"
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}, "v": {"type": "string"}, "n": {"type": "number"}}}
+    expected = {}
+
+    def land_rows(rows: list[dict]) -> None:
+        expected.update({row["id"]: row for row in rows})
+        land(local_lake.config, joined([schema_msg(stream, schema, ["id"]), *(record_msg(stream, row) for row in rows)]))
+
+    def published() -> dict:
+        rows = DeltaTable(uri(local_lake, stream)).to_pyarrow_table().to_pylist()
+        assert len(rows) == len({row["id"] for row in rows}), "one row per key"
+        return {row["id"]: {"id": row["id"], "v": row["v"], "n": row["n"]} for row in rows}
+
+    land_rows([{"id": i, "v": f"first {i}" * 3, "n": i / 4} for i in range(3000)])
+    stored = sum(entry["size"] for entry in local_lake.manifest(stream)["files"])
+    threshold = stored // 2  # large: buckets of a quarter of that, so about 8 of them
+    assert project(open_lake(local_lake), spark, TAP, small_stream_bytes=threshold)[0]["version"] == 0
+    first = delta.latest(local_lake.storage, table_key(TAP, stream)).state
+    buckets = first["buckets"]
+    assert buckets >= 8 and sorted(part["bucket"] for part in first["parts"]) == list(range(buckets))
+    assert published() == expected
+
+    updates = [{"id": i, "v": f"second {i}", "n": 0.5} for i in (7, 2024)] + [{"id": 5000, "v": "new", "n": 1}]
+    land_rows(updates)
+    result = project(open_lake(local_lake), spark, TAP, small_stream_bytes=threshold)[0]
+    assert result["version"] == 1 and result["new_records"] == 3 and result["rows"] == 3001
+    touched = {bucket_of(json_text([row["id"]]), buckets) for row in updates}
+    second = delta.latest(local_lake.storage, table_key(TAP, stream)).state
+    assert second["buckets"] == buckets and len(touched) < buckets
+    before, after = ({part["bucket"]: part for part in state["parts"]} for state in (first, second))
+    changed = {bucket for bucket in after if after[bucket] != before.get(bucket)}
+    assert changed == touched, "only the buckets the new records touch are rewritten"
+    assert delta_actions(local_lake, 1, stream) == {
+        "remove": {before[bucket]["published"] for bucket in touched},
+        "add": {after[bucket]["published"] for bucket in touched},
+    }
+    assert published() == expected
+    assert published()[2024]["v"] == "second 2024" and published()[5000]["n"] == Decimal(1)
+
+    land_rows([{"id": 7, "v": "third", "n": 0.125}])  # a scale the column's decimal(p, 2) cannot hold: every file anew
+    assert project(open_lake(local_lake), spark, TAP, small_stream_bytes=threshold)[0]["version"] == 2
+    third = delta.latest(local_lake.storage, table_key(TAP, stream)).state
+    assert third["buckets"] == buckets and len(delta_actions(local_lake, 2, stream)["add"]) == buckets
+    assert not {part["published"] for part in third["parts"]} & delta_actions(local_lake, 1, stream)["add"]
+    assert published() == expected and str(DeltaTable(uri(local_lake, stream)).schema().fields[2].type) == 'PrimitiveType("decimal(6,3)")'
 
 
 def duckdb_with_delta():
