@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from lakes import TAP, LakeUnderTest, joined, land, local_lake_at, record_msg, schema_msg
 from singerlake import delta
 from singerlake.delta import storage_options, table_key, table_uri
-from singerlake.exact import decode, json_text
+from singerlake.exact import decode, join_all, json_text, need_of, records_needs
 from singerlake.project import bucket_of, project
 from singerlake.storage import S3Storage
 from singerlake.vacuum import vacuum
@@ -259,6 +259,17 @@ def same(a, b) -> bool:
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and a == b
+
+
+@settings(max_examples=300, deadline=None)
+@given(batch=st.lists(records, max_size=25))
+def test_a_columns_need_is_the_join_of_its_values_needs(batch):
+    """records_needs recognises plain columns whole: the same as joining every value's need."""
+    values = [decode(json_text(record)) for record in batch]
+    joined = join_all(
+        [{name: need_of(spec, record.get(name)) for name, spec in PROPERTY_SCHEMA["properties"].items()} for record in values]
+    )
+    assert records_needs(PROPERTY_SCHEMA["properties"], values) == {name: joined.get(name) for name in PROPERTY_SCHEMA["properties"]}
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

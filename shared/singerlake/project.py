@@ -47,9 +47,9 @@ from singerlake.singer_file import record_time_ms
 from singerlake.storage import Storage
 
 SMALL_STREAM_BYTES = 64 << 20  # stored (gzipped) bytes; decoded rows take several times that in memory
-# A large stream's buckets start at a quarter of the small-stream size; when they average more than
+# A large stream's buckets start at an eighth of the small-stream size; when they average more than
 # the whole size the stream is re-bucketed, so one bucket never costs an executor more than a small stream.
-BUCKET_SHARE = 4
+BUCKET_SHARE = 8
 MIN_BUCKET_BYTES = 1 << 10
 STREAMS_PER_TASK = 16
 THREADS_PER_TASK = 2  # a small stream's work is mostly Python (JSON, rows): more threads only hold more memory
@@ -134,15 +134,18 @@ def needs_of(properties: dict, records: list[dict]) -> dict:
     return records_needs(properties, records)
 
 
-def write_staging(storage: Storage, prefix: str, staging, properties: dict) -> dict:
-    """A new staging part (create-only) and what its values need."""
+def write_staging(storage: Storage, prefix: str, staging, properties: dict, records: list[dict] | None = None) -> dict:
+    """A new staging part (create-only) and what its values (``records``, when decoded already) need.
+    zstd: JSON text compresses about as the raw zone's gzip does (snappy: twice that), so a part's
+    stored size compares with the raw bytes that size a large stream's buckets."""
     import pyarrow.parquet as pq
 
     buffer = io.BytesIO()
-    pq.write_table(staging, buffer)
+    pq.write_table(staging, buffer, compression="zstd")
     key = f"{prefix}/part-{new_file_id()}.parquet"
     storage.write(key, buffer.getvalue(), if_none_match=True)
-    return {"staging": key, "rows": staging.num_rows, "needs": needs_of(properties, records_of(staging))}
+    records = records if records is not None else records_of(staging)
+    return {"staging": key, "rows": staging.num_rows, "needs": needs_of(properties, records)}
 
 
 def typed_table(properties: dict, types: dict, records: list[dict]):
@@ -160,12 +163,12 @@ def typed_table(properties: dict, types: dict, records: list[dict]):
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def publish(storage: Storage, table: str, part: dict, properties: dict, types: dict, csv: bool, staging=None) -> dict:
-    """Write the part's published Parquet file (and CSV twin) from its staging file (or its rows, ``staging``)."""
+def publish(storage: Storage, table: str, part: dict, properties: dict, types: dict, csv: bool, records: list[dict] | None = None) -> dict:
+    """Write the part's published Parquet file (and CSV twin) from its staging file (or its decoded ``records``)."""
     import pyarrow.parquet as pq
 
-    staging = staging if staging is not None else read_parquet(storage, part["staging"])
-    published = typed_table(properties, types, records_of(staging))
+    records = records if records is not None else records_of(read_parquet(storage, part["staging"]))
+    published = typed_table(properties, types, records)
     buffer = io.BytesIO()
     pq.write_table(published, buffer)
     name = f"part-{new_file_id()}.parquet"
@@ -416,9 +419,10 @@ def _write_buckets(storage: Storage, item: dict, batches: Iterator[Any]) -> Iter
         previous = [read_parquet(storage, part["staging"]) for part in item["previous"].get(str(bucket), [])]
         rows = pa.concat_tables([table.select(staging_schema().names).cast(staging_schema()) for table in [*previous, rows]])
         staging = current_rows(rows, keyed)
-        part = write_staging(storage, item["staging"], staging, properties) | ({"bucket": bucket} if keyed else {})
+        records = records_of(staging)
+        part = write_staging(storage, item["staging"], staging, properties, records) | ({"bucket": bucket} if keyed else {})
         if schema_text(properties, join_all([item["types"], part["needs"]])) == item["schema"]:
-            part = publish(storage, item["table"], part, properties, item["types"], item["csv"], staging)
+            part = publish(storage, item["table"], part, properties, item["types"], item["csv"], records)
         yield pa.RecordBatch.from_pydict({"part": [json.dumps(part)]})
 
 
