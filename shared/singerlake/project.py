@@ -27,6 +27,7 @@ import io
 import math
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from itertools import islice
@@ -426,6 +427,18 @@ def _write_buckets(storage: Storage, item: dict, batches: Iterator[Any]) -> Iter
         yield pa.RecordBatch.from_pydict({"part": [json.dumps(part)]})
 
 
+@contextmanager
+def _arrow_batch_rows(spark, rows: int):
+    """Arrow batches of ``rows`` rows for the Python steps, whatever an earlier job of the session set."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(key)
+    spark.conf.set(key, str(rows))
+    try:
+        yield
+    finally:
+        spark.conf.set(key, before)
+
+
 def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str], small_stream_bytes: int = SMALL_STREAM_BYTES) -> dict:
     """A large stream in one Spark job (two when parts must be published again). Keyed: the new rows
     are shuffled by bucket, and each touched bucket's previous part and new rows become its new part;
@@ -463,7 +476,8 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str]
         "csv": "csv" in formats,
     }
     write = functools.partial(_write_buckets, storage, item)
-    written = [json.loads(row["part"]) for row in rows.mapInArrow(write, "part string").collect()]
+    with _arrow_batch_rows(spark, ARROW_BATCH_ROWS):
+        written = [json.loads(row["part"]) for row in rows.mapInArrow(write, "part string").collect()]
     touched = {part.get("bucket") for part in written}
     replaced = parts if rebucket else [part for part in parts if keyed and part.get("bucket") in touched]
     gone = {part["staging"] for part in replaced}
