@@ -336,8 +336,8 @@ def profile_records(seed: int, count: int) -> list[bytes]:
     return lines
 
 
-def test_project_gives_the_same_rows_on_the_spark_sql_path_as_on_the_one_job_path(tmp_path, spark):
-    """Large streams go through Spark SQL, small ones through one job of pyarrow work items: same rows."""
+def test_project_gives_the_same_rows_on_the_bucket_path_as_on_the_one_job_path(tmp_path, spark):
+    """Large streams are kept in buckets of keys by a job each, small ones by one job of pyarrow work items: same rows."""
     small_lake, large_lake = local_lake_in(tmp_path / "small"), local_lake_in(tmp_path / "large")
     for landing in range(2):
         data = joined([schema_msg("profiles", PROFILES, ["id"]), *profile_records(landing, 150)])

@@ -169,6 +169,19 @@ def test_large_streams_rewrite_only_the_buckets_their_new_records_touch(local_la
     assert published() == expected and str(DeltaTable(uri(local_lake, stream)).schema().fields[2].type) == 'PrimitiveType("decimal(6,3)")'
 
 
+def test_large_keyless_streams_add_their_new_rows_and_rewrite_nothing(local_lake, spark):  # noqa: F811
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}, "v": {"type": "string"}}}
+    for first, count in ((0, 2000), (2000, 5)):
+        rows = [{"n": n, "v": f"value {n}" * 3} for n in range(first, first + count)]
+        land(local_lake.config, joined([schema_msg("events", schema, []), *(record_msg("events", row) for row in rows)]))
+        result = project(open_lake(local_lake), spark, TAP, small_stream_bytes=1)[0]
+        assert result["new_records"] == count and result["rows"] == first + count
+    second = delta_actions(local_lake, 1, "events")
+    assert not second["remove"] and len(second["add"]) == 1  # the 5 new rows: one new part, no file rewritten
+    assert "buckets" not in delta.latest(local_lake.storage, table_key(TAP, "events")).state
+    assert sorted(row["n"] for row in DeltaTable(uri(local_lake, "events")).to_pyarrow_table().to_pylist()) == list(range(2005))
+
+
 def duckdb_with_delta():
     """DuckDB with the delta and httpfs extensions from their PyPI wheels (DuckDB downloads them otherwise)."""
     import duckdb
