@@ -18,9 +18,10 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lakes import TAP, LakeUnderTest, joined, land, local_lake_at, record_msg, schema_msg
-from singerlake.format.exact import decode, json_text
+from singerlake.format.exact import decode, join_all, json_text, need_of, records_needs
+from singerlake.jobs import delta
 from singerlake.jobs.delta import storage_options, table_key, table_uri
-from singerlake.jobs.project import project
+from singerlake.jobs.project import bucket_of, project
 from singerlake.jobs.vacuum import vacuum
 from singerlake.storage import S3Storage
 from test_lake_jobs import open_lake, run_cli, spark  # noqa: F401  (spark: the module's session fixture)
@@ -109,6 +110,76 @@ def test_published_delta_table_is_exact_and_changes_only_what_must_change(lake, 
     assert files[0] < files[2] and files[1] - files[2] and len(files[2]) == 2  # key 4 updated: only its file replaced
     latest = DeltaTable(uri(lake), storage_options=storage_options(lake.storage)).to_pyarrow_table().to_pylist()
     assert by_id(latest)[4]["amount"] == Decimal("2.25") and len(latest) == 4
+
+
+def delta_actions(lake: LakeUnderTest, version: int, stream: str) -> dict[str, set[str]]:
+    """The files a version's commit adds and removes, as its Delta log entry records them."""
+    log = lake.read(f"{table_key(TAP, stream)}/_delta_log/{version:020d}.json").decode()
+    actions = [json.loads(line) for line in log.splitlines() if line.strip()]
+    return {kind: {action[kind]["path"] for action in actions if kind in action} for kind in ("add", "remove")}
+
+
+def test_large_streams_rewrite_only_the_buckets_their_new_records_touch(local_lake, spark):  # noqa: F811
+    """A stream above the small-stream size (lowered here) is kept in buckets of keys: a run that
+    updates a few keys removes and adds only their buckets' files, in one Delta commit."""
+    stream = "public.big"
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}, "v": {"type": "string"}, "n": {"type": "number"}}}
+    expected = {}
+
+    def land_rows(rows: list[dict]) -> None:
+        expected.update({row["id"]: row for row in rows})
+        land(local_lake.config, joined([schema_msg(stream, schema, ["id"]), *(record_msg(stream, row) for row in rows)]))
+
+    def published() -> dict:
+        rows = DeltaTable(uri(local_lake, stream)).to_pyarrow_table().to_pylist()
+        assert len(rows) == len({row["id"] for row in rows}), "one row per key"
+        return {row["id"]: {"id": row["id"], "v": row["v"], "n": row["n"]} for row in rows}
+
+    land_rows([{"id": i, "v": f"first {i}" * 3, "n": i / 4} for i in range(3000)])
+    stored = sum(entry["size"] for entry in local_lake.manifest(stream)["files"])
+    threshold = stored // 2  # large: buckets of a quarter of that, so about 8 of them
+    assert project(open_lake(local_lake), spark, TAP, small_stream_bytes=threshold)[0]["version"] == 0
+    first = delta.latest(local_lake.storage, table_key(TAP, stream)).state
+    buckets = first["buckets"]
+    assert buckets >= 8 and sorted(part["bucket"] for part in first["parts"]) == list(range(buckets))
+    assert published() == expected
+
+    updates = [{"id": i, "v": f"second {i}", "n": 0.5} for i in (7, 2024)] + [{"id": 5000, "v": "new", "n": 1}]
+    land_rows(updates)
+    result = project(open_lake(local_lake), spark, TAP, small_stream_bytes=threshold)[0]
+    assert result["version"] == 1 and result["new_records"] == 3 and result["rows"] == 3001
+    touched = {bucket_of(json_text([row["id"]]), buckets) for row in updates}
+    second = delta.latest(local_lake.storage, table_key(TAP, stream)).state
+    assert second["buckets"] == buckets and len(touched) < buckets
+    before, after = ({part["bucket"]: part for part in state["parts"]} for state in (first, second))
+    changed = {bucket for bucket in after if after[bucket] != before.get(bucket)}
+    assert changed == touched, "only the buckets the new records touch are rewritten"
+    assert delta_actions(local_lake, 1, stream) == {
+        "remove": {before[bucket]["published"] for bucket in touched},
+        "add": {after[bucket]["published"] for bucket in touched},
+    }
+    assert published() == expected
+    assert published()[2024]["v"] == "second 2024" and published()[5000]["n"] == Decimal(1)
+
+    land_rows([{"id": 7, "v": "third", "n": 0.125}])  # a scale the column's decimal(p, 2) cannot hold: every file anew
+    assert project(open_lake(local_lake), spark, TAP, small_stream_bytes=threshold)[0]["version"] == 2
+    third = delta.latest(local_lake.storage, table_key(TAP, stream)).state
+    assert third["buckets"] == buckets and len(delta_actions(local_lake, 2, stream)["add"]) == buckets
+    assert not {part["published"] for part in third["parts"]} & delta_actions(local_lake, 1, stream)["add"]
+    assert published() == expected and str(DeltaTable(uri(local_lake, stream)).schema().fields[2].type) == 'PrimitiveType("decimal(6,3)")'
+
+
+def test_large_keyless_streams_add_their_new_rows_and_rewrite_nothing(local_lake, spark):  # noqa: F811
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}, "v": {"type": "string"}}}
+    for first, count in ((0, 2000), (2000, 5)):
+        rows = [{"n": n, "v": f"value {n}" * 3} for n in range(first, first + count)]
+        land(local_lake.config, joined([schema_msg("events", schema, []), *(record_msg("events", row) for row in rows)]))
+        result = project(open_lake(local_lake), spark, TAP, small_stream_bytes=1)[0]
+        assert result["new_records"] == count and result["rows"] == first + count
+    second = delta_actions(local_lake, 1, "events")
+    assert not second["remove"] and len(second["add"]) == 1  # the 5 new rows: one new part, no file rewritten
+    assert "buckets" not in delta.latest(local_lake.storage, table_key(TAP, "events")).state
+    assert sorted(row["n"] for row in DeltaTable(uri(local_lake, "events")).to_pyarrow_table().to_pylist()) == list(range(2005))
 
 
 def duckdb_with_delta():
@@ -203,6 +274,17 @@ def same(a, b) -> bool:
     return type(a) is type(b) and a == b
 
 
+@settings(max_examples=300, deadline=None)
+@given(batch=st.lists(records, max_size=25))
+def test_a_columns_need_is_the_join_of_its_values_needs(batch):
+    """records_needs recognises plain columns whole: the same as joining every value's need."""
+    values = [decode(json_text(record)) for record in batch]
+    joined = join_all(
+        [{name: need_of(spec, record.get(name)) for name, spec in PROPERTY_SCHEMA["properties"].items()} for record in values]
+    )
+    assert records_needs(PROPERTY_SCHEMA["properties"], values) == {name: joined.get(name) for name in PROPERTY_SCHEMA["properties"]}
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(batch=st.lists(records, min_size=1, max_size=25))
 def test_published_values_round_trip_to_the_raw_values(tmp_path_factory, spark, batch):  # noqa: F811
@@ -251,6 +333,34 @@ def test_sql_queries_current_rows_by_stream_name_as_json_csv_and_a_table(lake, s
     raw = sql(lake, f"SELECT count(*) AS records, count(DISTINCT _singerlake_commit) AS commits FROM `{STREAM}`", "--raw")
     assert raw.returncode == 0, raw.stderr[-3000:]
     assert raw.stdout.splitlines() == ["records | commits", "--------+--------", "4       | 2", "(1 row)"], raw.stdout
+
+
+def test_sql_raw_gives_every_record_exactly_with_its_position(lake, spark):  # noqa: F811
+    """`singerlake sql --raw`: the data source types every landed record as the projection types the current rows."""
+    land_records(lake, FIRST)
+    land_records(lake, ['{"id": 2, "amount": 99.5, "big": 3, "doc": {"a": 1}, "huge": 1}'])
+    columns = "id, `qty.count`, amount, big, doc, huge, `with space €``x`, tags, at, _singerlake_commit, _singerlake_index"
+    types = "typeof(amount) AS amount, typeof(big) AS big, typeof(doc) AS doc, typeof(huge) AS huge, typeof(`qty.count`) AS q"
+    query = f"SELECT {columns}, {types.replace(' AS ', ' AS t_')} FROM `{STREAM}` ORDER BY _singerlake_commit, _singerlake_index"
+    out = sql(lake, query, "--raw", "--json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = decode(out.stdout)
+    positions = [(row["id"], row["_singerlake_commit"], row["_singerlake_index"]) for row in rows]
+    assert positions == [(1, 1, 0), (2, 1, 1), (3, 1, 2), (2, 2, 0)]
+    assert {k: v for k, v in rows[0].items() if k.startswith("t_")} == {
+        "t_amount": "decimal(38,18)",  # numeric(38,18)-like: exact, not a double
+        "t_big": "decimal(30,0)",  # beyond 64 bits: exact, not null
+        "t_doc": "string",
+        "t_huge": "string",
+        "t_q": "decimal(2,1)",
+    }
+    assert rows[0]["amount"] == Decimal("12345678901234567890.123456789012345678")
+    assert rows[1]["amount"] == Decimal("-0.000000000000000001") and rows[3]["amount"] == Decimal("99.5")
+    assert rows[0]["big"] == 123456789012345678901234567890 and rows[2]["big"] == -(2**63)
+    assert [row["doc"] for row in rows] == ['"just a string"', '"{\\"a\\": 1}"', '{"a":1,"b":[true,null,2.50]}', '{"a":1}']
+    assert [row["huge"] for row in rows] == ["1E+400", "0.1", "2", "1"]
+    assert rows[0]["qty.count"] == Decimal("1.5") and rows[0]["with space €`x"] == "ü" and rows[0]["tags"] == [1, 2]
+    assert datetime.fromisoformat(rows[0]["at"]).astimezone(timezone.utc) == EXPECTED[1]["at"]  # Spark gives local time
 
 
 def test_sql_errors_are_one_line_with_exit_2(local_lake, spark):  # noqa: F811

@@ -157,6 +157,37 @@ def _nested(need: dict) -> Need:
     return "json" if "json" in parts else need
 
 
+def records_needs(properties: dict[str, dict], records: list[dict]) -> dict[str, Need]:
+    """What the values of ``records`` (decoded records) need, per property: one column each."""
+    return {name: column_need(spec, [record.get(name) for record in records]) for name, spec in properties.items()}
+
+
+def column_need(schema: dict, values: list[Any]) -> Need:
+    """``need_of`` joined over ``values``; columns of one plain kind (strings, booleans, integers of 64
+    bits: most columns) are recognised whole, without a need per value, and lists and objects by the
+    columns of their items and properties."""
+    present = [value for value in values if value is not None]
+    if not present:
+        return None
+    kind, kinds = declared(schema), {type(value) for value in present}
+    if (kind, kinds) in (("string", {str}), ("bool", {bool})):
+        return kind
+    if kind == "integer" and kinds == {int} and INT64[0] <= min(present) and max(present) <= INT64[1]:
+        return "long"
+    if kind == "list" and kinds == {list}:
+        return _nested({"list": column_need(schema["items"], [item for value in present for item in value])})
+    if kind == "struct" and kinds == {dict} and all(value.keys() <= schema["properties"].keys() for value in present):
+        return _nested(
+            {"struct": {name: column_need(spec, [value.get(name) for value in present]) for name, spec in schema["properties"].items()}}
+        )
+    need: Need = None
+    for value in present:
+        need = join(need, need_of(schema, value))
+        if need == "json":
+            break
+    return need
+
+
 def join_all(needs: list[dict[str, Need]]) -> dict[str, Need]:
     joined: dict[str, Need] = {}
     for part in needs:

@@ -14,9 +14,10 @@ values held (each part stores what its values need); when they change, every pub
 rewritten in that run's commit.
 
 Small streams (new stored bytes plus previous parts up to ``SMALL_STREAM_BYTES``) are projected
-in ONE Spark job, one work item per stream, with pyarrow on the executor. Larger streams go
-through Spark SQL (a window per ``_key``, shuffle partitions sized from their bytes) and are
-rewritten whole. Both give the same rows and types.
+in ONE Spark job, one work item per stream, with pyarrow on the executor. Larger streams run a
+Spark job each, incrementally too: their parts are **buckets** of keys (``crc32(_key) mod
+buckets``), so only the buckets the new records touch are rewritten, each by one executor (its
+previous part and its new rows). Both give the same rows and types.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import functools
 import io
 import math
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,7 +35,7 @@ from typing import Any
 
 from singerlake.errors import ConfigError, SingerlakeError
 from singerlake.format.catalogue import replay_schema
-from singerlake.format.exact import column_type, converter, decode, join_all, json_text, json_value, need_of, table_schema
+from singerlake.format.exact import column_type, converter, decode, join_all, json_text, json_value, records_needs, table_schema
 from singerlake.format.manifest import Manifest
 from singerlake.format.messages import decode_envelope
 from singerlake.format.names import encode_segment
@@ -54,8 +56,10 @@ from singerlake.storage import Storage
 from singerlake.times import new_file_id, record_time_ms
 
 SMALL_STREAM_BYTES = 64 << 20  # stored (gzipped) bytes; decoded rows take several times that in memory
-# Stored bytes per shuffle partition of a large stream: gzipped records take 4-8x that as rows.
-SHUFFLE_PARTITION_BYTES = 32 << 20
+# A large stream's buckets start at an eighth of the small-stream size; when they average more than
+# the whole size the stream is re-bucketed, so one bucket never costs an executor more than a small stream.
+BUCKET_SHARE = 8
+MIN_BUCKET_BYTES = 1 << 10
 STREAMS_PER_TASK = 16
 THREADS_PER_TASK = 2  # a small stream's work is mostly Python (JSON, rows): more threads only hold more memory
 ARROW_BATCH_ROWS = 8192
@@ -136,18 +140,21 @@ def records_of(staging) -> list[dict]:
 
 
 def needs_of(properties: dict, records: list[dict]) -> dict:
-    return join_all([{name: need_of(spec, record.get(name)) for name, spec in properties.items()} for record in records])
+    return records_needs(properties, records)
 
 
-def write_staging(storage: Storage, prefix: str, staging, properties: dict) -> dict:
-    """A new staging part (create-only) and what its values need."""
+def write_staging(storage: Storage, prefix: str, staging, properties: dict, records: list[dict] | None = None) -> dict:
+    """A new staging part (create-only) and what its values (``records``, when decoded already) need.
+    zstd: JSON text compresses about as the raw zone's gzip does (snappy: twice that), so a part's
+    stored size compares with the raw bytes that size a large stream's buckets."""
     import pyarrow.parquet as pq
 
     buffer = io.BytesIO()
-    pq.write_table(staging, buffer)
+    pq.write_table(staging, buffer, compression="zstd")
     key = f"{prefix}/part-{new_file_id()}.parquet"
     storage.write(key, buffer.getvalue(), if_none_match=True)
-    return {"staging": key, "rows": staging.num_rows, "needs": needs_of(properties, records_of(staging))}
+    records = records if records is not None else records_of(staging)
+    return {"staging": key, "rows": staging.num_rows, "needs": needs_of(properties, records)}
 
 
 def typed_table(properties: dict, types: dict, records: list[dict]):
@@ -165,11 +172,12 @@ def typed_table(properties: dict, types: dict, records: list[dict]):
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def publish(storage: Storage, table: str, part: dict, properties: dict, types: dict, csv: bool) -> dict:
-    """Write the part's published Parquet file (and CSV twin) from its staging file."""
+def publish(storage: Storage, table: str, part: dict, properties: dict, types: dict, csv: bool, records: list[dict] | None = None) -> dict:
+    """Write the part's published Parquet file (and CSV twin) from its staging file (or its decoded ``records``)."""
     import pyarrow.parquet as pq
 
-    published = typed_table(properties, types, records_of(read_parquet(storage, part["staging"])))
+    records = records if records is not None else records_of(read_parquet(storage, part["staging"]))
+    published = typed_table(properties, types, records)
     buffer = io.BytesIO()
     pq.write_table(published, buffer)
     name = f"part-{new_file_id()}.parquet"
@@ -336,7 +344,23 @@ def project_small_streams(lake: Lake, spark, plans: list[StreamPlan], formats: l
     return {(plan.tap_id, plan.stream): result for plan, result in zip(plans, results, strict=True) if result is not None}
 
 
-# -- large streams: Spark SQL, rewritten whole ------------------------------------------------------
+# -- large streams: buckets of keys, only the touched ones rewritten ----------------------------------
+def bucket_of(key: str, buckets: int) -> int:
+    """The bucket of a key (its ``_key`` text): stable across runs, processes and machines."""
+    return zlib.crc32(key.encode()) % buckets
+
+
+def bucket_bytes(small_stream_bytes: int) -> int:
+    """The stored bytes a new bucket is sized for."""
+    return max(MIN_BUCKET_BYTES, small_stream_bytes // BUCKET_SHARE)
+
+
+def bucket_count(data_bytes: int, small_stream_bytes: int) -> int:
+    """Buckets (a power of two) of about ``bucket_bytes`` stored bytes each."""
+    wanted = math.ceil(data_bytes / bucket_bytes(small_stream_bytes))
+    return 1 << max(0, wanted - 1).bit_length()
+
+
 def _read_files(storage: Storage, keys: list[str], files: list[dict], batches: Iterator[Any]) -> Iterator[Any]:
     """Executor side: the staging rows of the planned files whose numbers are in the input."""
     for batch in batches:
@@ -350,66 +374,132 @@ def _read_parts(storage: Storage, parts: list[dict], batches: Iterator[Any]) -> 
             yield from read_parquet(storage, parts[number]["staging"]).cast(staging_schema()).to_batches()
 
 
-def _write_parts(storage: Storage, prefix: str, properties: dict, batches: Iterator[Any]) -> Iterator[Any]:
-    """Executor side: this partition's current rows as one staging part; its description as JSON."""
+def _with_buckets(buckets: int, batches: Iterator[Any]) -> Iterator[Any]:
+    import pyarrow as pa
+
+    for batch in batches:
+        yield batch.append_column("_bucket", pa.array([bucket_of(key, buckets) for key in batch.column("_key").to_pylist()], pa.int32()))
+
+
+def _bucket_groups(batches: Iterator[Any]) -> Iterator[tuple[int | None, Any]]:
+    """``(bucket, rows)`` for each bucket of a partition sorted by ``_bucket``, holding one bucket's rows at a time."""
+    import numpy as np
+    import pyarrow as pa
+
+    current, pending = None, []
+    for batch in batches:
+        buckets = batch.column("_bucket").to_numpy()
+        starts = [0, *(np.flatnonzero(np.diff(buckets)) + 1).tolist()]
+        for start, end in zip(starts, [*starts[1:], batch.num_rows], strict=True):
+            if end > start:
+                if pending and buckets[start] != current:
+                    yield current, pa.Table.from_batches(pending)
+                    pending = []
+                current = int(buckets[start])
+                pending.append(batch.slice(start, end - start))
+    if pending:
+        yield current, pa.Table.from_batches(pending)
+
+
+def _write_buckets(storage: Storage, item: dict, batches: Iterator[Any]) -> Iterator[Any]:
+    """Executor side: each bucket among this partition's rows (the whole partition for a keyless stream)
+    becomes one new staging part: its current rows, from its new rows and its previous part. A part whose
+    values fit the table's column types is published at once; its description comes back as JSON."""
     import json
 
     import pyarrow as pa
 
-    collected = [batch for batch in batches if batch.num_rows]
-    if collected:
-        staging = by_position(pa.Table.from_batches(collected).cast(staging_schema()))
-        yield pa.RecordBatch.from_pydict({"part": [json.dumps(write_staging(storage, prefix, staging, properties))]})
-
-
-def _window_current_rows(frame, keyed: bool):
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    if not keyed:
-        return frame
-    latest = Window.partitionBy("_key").orderBy(
-        F.col("_singerlake_commit").desc(), F.col("_singerlake_time").desc_nulls_last(), F.col("_singerlake_index").desc()
-    )
-    return frame.withColumn("_row", F.row_number().over(latest)).filter("_row = 1").drop("_row")
+    keyed, properties = item["keyed"], item["properties"]
+    if keyed:
+        groups = _bucket_groups(batches)
+    else:
+        collected = [batch for batch in batches if batch.num_rows]
+        groups = iter([(None, pa.Table.from_batches(collected))] if collected else [])
+    for bucket, rows in groups:
+        previous = [read_parquet(storage, part["staging"]) for part in item["previous"].get(str(bucket), [])]
+        rows = pa.concat_tables([table.select(staging_schema().names).cast(staging_schema()) for table in [*previous, rows]])
+        staging = current_rows(rows, keyed)
+        records = records_of(staging)
+        part = write_staging(storage, item["staging"], staging, properties, records) | ({"bucket": bucket} if keyed else {})
+        if schema_text(properties, join_all([item["types"], part["needs"]])) == item["schema"]:
+            part = publish(storage, item["table"], part, properties, item["types"], item["csv"], records)
+        yield pa.RecordBatch.from_pydict({"part": [json.dumps(part)]})
 
 
 @contextmanager
-def _shuffle_partitions(spark, data_bytes: int):
-    """Shuffle partitions sized from the stream's bytes, not the session's default."""
-    before = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", str(max(1, math.ceil(data_bytes / SHUFFLE_PARTITION_BYTES))))
+def _arrow_batch_rows(spark, rows: int):
+    """Arrow batches of ``rows`` rows for the Python steps, whatever an earlier job of the session set."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(key)
+    spark.conf.set(key, str(rows))
     try:
         yield
     finally:
-        spark.conf.set("spark.sql.shuffle.partitions", before)
+        spark.conf.set(key, before)
 
 
-def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str]) -> dict:
+def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str], small_stream_bytes: int = SMALL_STREAM_BYTES) -> dict:
+    """A large stream in one Spark job (two when parts must be published again). Keyed: the new rows
+    are shuffled by bucket, and each touched bucket's previous part and new rows become its new part;
+    untouched buckets stay. The buckets are laid out anew (every part read once) on the stream's first
+    large run and when they average more than ``BUCKET_SHARE`` times their size. Keyless: the new rows are new parts."""
     import json
 
-    storage, properties, parts = lake.storage, plan.properties, plan.state["parts"]
+    storage, properties, parts, keyed = lake.storage, plan.properties, plan.state["parts"], bool(plan.keys)
+    buckets = plan.state.get("buckets") if keyed else None
+    rebucket = keyed and (not buckets or plan.bytes > buckets * bucket_bytes(small_stream_bytes) * BUCKET_SHARE)
+    if rebucket:
+        buckets = bucket_count(plan.bytes, small_stream_bytes)
     new = spark.range(len(plan.files), numPartitions=max(1, len(plan.files)))
     rows = new.mapInArrow(functools.partial(_read_files, storage, plan.keys, plan.files), STAGING_SCHEMA)
-    if parts:
+    if rebucket and parts:
         previous = spark.range(len(parts), numPartitions=len(parts))
         rows = rows.unionByName(previous.mapInArrow(functools.partial(_read_parts, storage, parts), STAGING_SCHEMA))
-    with _shuffle_partitions(spark, plan.bytes):
-        current = _window_current_rows(rows, bool(plan.keys))
-        if not plan.keys:
-            current = current.repartition(max(1, math.ceil(plan.bytes / SHUFFLE_PARTITION_BYTES)))
-        write = functools.partial(_write_parts, storage, plan.staging, properties)
-        written = [json.loads(row["part"]) for row in current.mapInArrow(write, "part string").collect()]
-    types = join_all([part["needs"] for part in written])
+    if keyed:
+        rows = rows.mapInArrow(functools.partial(_with_buckets, buckets), f"{STAGING_SCHEMA}, _bucket int")
+        rows = rows.repartition(buckets, "_bucket").sortWithinPartitions("_bucket")  # one bucket's rows together, in one task
+    else:
+        new_bytes = sum(f["entry"]["size"] for f in plan.files)
+        rows = rows.repartition(max(1, math.ceil(new_bytes / bucket_bytes(small_stream_bytes))))
+    by_bucket: dict[str, list[dict]] = {}
+    for part in parts if keyed and not rebucket else []:
+        by_bucket.setdefault(str(part["bucket"]), []).append(part)
+    item = {
+        "keyed": keyed,
+        "properties": properties,
+        "previous": by_bucket,
+        "staging": plan.staging,
+        "table": plan.table,
+        "types": plan.state["types"],
+        "schema": plan.state["schema"],
+        "csv": "csv" in formats,
+    }
+    write = functools.partial(_write_buckets, storage, item)
+    with _arrow_batch_rows(spark, ARROW_BATCH_ROWS):
+        written = [json.loads(row["part"]) for row in rows.mapInArrow(write, "part string").collect()]
+    touched = {part.get("bucket") for part in written}
+    replaced = parts if rebucket else [part for part in parts if keyed and part.get("bucket") in touched]
+    gone = {part["staging"] for part in replaced}
+    kept = [part for part in parts if part["staging"] not in gone]
+    types = join_all([part["needs"] for part in kept + written])
+    schema = schema_text(properties, types)
+    overwrite = schema != plan.state["schema"]  # then every part is published again, under the new types
     work = functools.partial(publish, storage, plan.table, properties=properties, types=types, csv="csv" in formats)
-    published = run_items(spark, written, work)
+    again = kept + written if overwrite else [part for part in written if "published" not in part]
+    done = dict(zip([part["staging"] for part in again], run_items(spark, again, work), strict=True))
+    if "csv" in formats and not overwrite:  # CSV asked for the first time: twins of the kept files
+        twins = [part for part in kept if "csv" not in part]
+        made = run_items(spark, twins, functools.partial(write_csv_twin, storage, plan.table))
+        done |= dict(zip([part["staging"] for part in twins], made, strict=True))
+    kept, added = [done.get(part["staging"], part) for part in kept], [done.get(part["staging"], part) for part in written]
     return {
-        "parts": published,
-        "adds": published,
-        "removes": [],
-        "overwrite": True,
+        "parts": kept + added,
+        "adds": kept + added if overwrite else added,
+        "removes": [part["published"] for part in replaced],
+        "overwrite": overwrite,
         "types": types,
-        "schema": schema_text(properties, types),
+        "schema": schema,
+        **({"buckets": buckets} if keyed else {}),
     }
 
 
@@ -417,6 +507,8 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str]
 def commit_run(lake: Lake, plan: StreamPlan, result: dict) -> dict:
     """The run's one Delta commit: the last step, so a crash or a failed stream leaves the previous version current."""
     state = {"position": plan.end.to_bookmark(), "types": result["types"], "schema": result["schema"], "parts": result["parts"]}
+    if "buckets" in result:  # a large stream's parts are buckets of keys (SPEC.md §12)
+        state["buckets"] = result["buckets"]
     adds = [{"path": part["published"], "size": part["size"], "rows": part["rows"]} for part in result["adds"]]
     schema = table_schema(plan.properties, result["types"])
     version = delta.commit(lake.storage, plan.table, plan.published, schema, adds, result["removes"], result["overwrite"], state)
@@ -444,10 +536,11 @@ def project(
     found = Failures()
     plans = for_each_stream(selected_streams(lake, tap_id, stream), lambda tap, name: plan_stream(lake, tap, name), found)
     pending = [plan for plan in plans.values() if not plan.up_to_date]
-    small = [plan for plan in pending if plan.bytes <= small_stream_bytes]
-    written = project_small_streams(lake, spark, small, formats, found, progress)
-    large = {(plan.tap_id, plan.stream): plan for plan in pending if plan.bytes > small_stream_bytes}
-    written |= for_each_stream(list(large), lambda tap, name: project_large_stream(lake, spark, large[(tap, name)], formats), found, 1)
+    is_large = lambda plan: plan.bytes > small_stream_bytes or "buckets" in plan.state  # noqa: E731  (bucketed: stays large)
+    written = project_small_streams(lake, spark, [plan for plan in pending if not is_large(plan)], formats, found, progress)
+    large = {(plan.tap_id, plan.stream): plan for plan in pending if is_large(plan)}
+    run_large = lambda tap, name: project_large_stream(lake, spark, large[(tap, name)], formats, small_stream_bytes)  # noqa: E731
+    written |= for_each_stream(list(large), run_large, found, 1)
     committed = for_each_stream(list(written), lambda tap, name: commit_run(lake, plans[(tap, name)], written[(tap, name)]), found)
     results = [committed.get(stream_id) or plan.summary() for stream_id, plan in plans.items() if not found.has(*stream_id)]
     found.deliver(failures)

@@ -3,17 +3,21 @@
 Each stream is a temporary view named by the stream's name: its current rows as the latest
 version of its Delta table holds them (read on the executors through the lake's storage, so S3
 needs no Hadoop connector), or with ``raw`` every landed record through the ``singerlake`` data
-source, with its position columns. Results print as an aligned table, JSON or CSV.
+source, with its position columns, typed exactly as the projection types them: the values of the
+streams the query names are read once on the executors to find their types (one Spark job), then
+again by the query. Results print as an aligned table, JSON or CSV.
 """
 
 from __future__ import annotations
 
 import functools
 import io
+import json
 from collections.abc import Iterator
 from typing import Any
 
 from singerlake.errors import ConfigError
+from singerlake.format.catalogue import replay_schema
 from singerlake.jobs import delta
 from singerlake.lake import Lake
 from singerlake.storage import Storage
@@ -63,14 +67,31 @@ def current_rows(lake: Lake, spark, tap_id: str, stream: str):
     return spark.range(len(files), numPartitions=len(files)).mapInArrow(read, schema)
 
 
-def raw_records(lake: Lake, spark, tap_id: str, stream: str):
-    from singerlake.replay.datasource import register
+def named_in(query: str, stream: str) -> bool:
+    """Whether ``query`` can name the stream's view: its text holds the name (identifiers are case-insensitive)."""
+    text = query.casefold()
+    return stream.casefold() in text or stream.replace("`", "``").casefold() in text
+
+
+def raw_records(lake: Lake, spark, tap_id: str, streams: list[str]) -> dict[str, Any]:
+    """Every landed record of each stream, exactly typed, with its position columns: the values'
+    types are found on the executors (one Spark job for all ``streams``) and handed to the data source."""
+    from singerlake.replay.datasource import needs_on_executors, plan_files, register
 
     register(spark)
-    reader = spark.read.format("singerlake").option("tap_id", tap_id).option("stream", stream)
-    for name, value in lake.storage.open_options().items():
-        reader = reader.option(f"s3_{name}", value)
-    return reader.load(lake.storage.url)
+    manifests = [manifest for manifest in (lake.manifest(tap_id, stream) for stream in streams) if manifest.versions]
+    plans = [
+        (replay_schema(manifest).get("properties", {}), plan_files(manifest, set(manifest.versions), None, manifest.commits))
+        for manifest in manifests
+    ]
+    frames = {}
+    for manifest, needs in zip(manifests, needs_on_executors(spark, lake.storage, plans), strict=True):
+        reader = spark.read.format("singerlake").option("tap_id", tap_id).option("stream", manifest.stream)
+        reader = reader.option("until_commit", str(manifest.commits)).option("needs", json.dumps(needs))
+        for name, value in lake.storage.open_options().items():
+            reader = reader.option(f"s3_{name}", value)
+        frames[manifest.stream] = reader.load(lake.storage.url)
+    return frames
 
 
 def run_query(lake: Lake, spark, query: str, tap_id: str | None = None, raw: bool = False) -> tuple[list[str], list[tuple]]:
@@ -78,8 +99,12 @@ def run_query(lake: Lake, spark, query: str, tap_id: str | None = None, raw: boo
     from pyspark.errors import PySparkException
 
     tap_id = chosen_tap(lake, tap_id)
-    for stream in lake.streams(tap_id):
-        frame = raw_records(lake, spark, tap_id, stream) if raw else current_rows(lake, spark, tap_id, stream)
+    streams = lake.streams(tap_id)
+    if raw:  # only the streams the query names: finding a stream's exact types reads all its records
+        frames = raw_records(lake, spark, tap_id, [stream for stream in streams if named_in(query, stream)])
+    else:
+        frames = {stream: current_rows(lake, spark, tap_id, stream) for stream in streams}
+    for stream, frame in frames.items():
         if frame is not None:
             frame.createOrReplaceTempView(view_name(stream))
     try:

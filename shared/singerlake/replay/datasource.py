@@ -9,21 +9,27 @@
 Options: ``tap_id``, ``stream`` (required); ``version`` (``all``: every version under one merged
 schema, the default; or a label like ``v2``, or a schema hash); ``after`` (a replay position as
 JSON, ``{"commit": C, "records": R}``: only records after it); ``until_commit`` (ignore files
-committed later); for S3 roots ``s3_<option>`` for each storage option (``s3_endpoint_url``,
+committed later); ``needs`` (what the values need, as ``needs_on_executors`` finds them: skips
+the scan below); for S3 roots ``s3_<option>`` for each storage option (``s3_endpoint_url``,
 ``s3_region``, ``s3_profile``, keys; Spark redacts the secret ones in its plans and UI).
 
-Columns: the stream's properties (types from its JSON schema, see ``spark_schema``), then
-``_singerlake_commit`` and ``_singerlake_index`` (the record's position, SPEC.md §11),
-``_singerlake_version`` and ``_singerlake_time`` (the record's time, SPEC.md §1, when it has one).
-Each partition is one data file, verified against its blake2 hash before it is read.
+Columns: the stream's properties, typed exactly as the projection types them (``exact``, SPEC.md
+§12: ``decimal(p, s)`` where the values fit, JSON text otherwise and for JSON values, names taken
+literally), then ``_singerlake_commit`` and ``_singerlake_index`` (the record's position, SPEC.md
+§11), ``_singerlake_version`` and ``_singerlake_time`` (the record's time, SPEC.md §1, when it has
+one). The types depend on the values read, so without ``needs`` the schema is found by reading the
+selected records once on the driver; ``needs_on_executors`` reads them on the executors instead
+(``singerlake sql --raw`` does). Each partition is one data file, verified against its blake2 hash
+before it is read, and yields Arrow batches.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
-from datetime import datetime, timezone
-from functools import partial
+from itertools import islice
+from typing import Any
 
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -31,11 +37,11 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from singerlake.errors import ConfigError
 from singerlake.format.catalogue import replay_schema
 from singerlake.format.datafile import open_data_file
-from singerlake.format.exact import decode
+from singerlake.format.exact import Need, decode, join_all, records_needs
 from singerlake.format.manifest import Manifest
 from singerlake.format.positions import Position, already_replayed, check_bookmark, entry_runs
 from singerlake.lake import Lake
-from singerlake.spark.schema import row_converter, struct_type
+from singerlake.spark.schema import struct_type
 from singerlake.storage import S3_OPTIONS, Storage
 from singerlake.times import record_time_ms
 
@@ -45,11 +51,12 @@ POSITION_COLUMNS = [
     T.StructField("_singerlake_version", T.StringType()),
     T.StructField("_singerlake_time", T.TimestampType()),
 ]
+BATCH_ROWS = 8192
 
 
-def columns(json_schema: dict) -> T.StructType:
-    """The DataFrame schema of records under ``json_schema``: its properties, then POSITION_COLUMNS."""
-    return T.StructType(struct_type(json_schema).fields + POSITION_COLUMNS)
+def columns(json_schema: dict, needs: dict[str, Need]) -> T.StructType:
+    """The DataFrame schema of records under ``json_schema`` whose values need ``needs``: its properties, then POSITION_COLUMNS."""
+    return T.StructType(struct_type(json_schema, needs).fields + POSITION_COLUMNS)
 
 
 def register(spark) -> None:
@@ -93,16 +100,29 @@ class SingerlakeDataSource(DataSource):
         labels = [v["version"] for v in manifest.versions.values()]
         raise ConfigError(f"singerlake data source: stream {stream!r} has no version {wanted!r}; versions: {labels}")
 
-    def schema(self) -> T.StructType:
-        _, _, schema, _ = self._selected()
-        return columns(schema)
-
-    def reader(self, schema: T.StructType) -> DataSourceReader:
-        lake, manifest, _, hashes = self._selected()
+    def _files(self, manifest: Manifest, hashes: set[str], until: int | None = None) -> list[dict]:
         after = Position.from_bookmark(json.loads(self.options["after"]), manifest.stream) if self.options.get("after") else None
         check_bookmark(after, manifest)
-        until = int(self.options.get("until_commit") or manifest.commits)
-        return _Reader(lake.storage, schema, plan_files(manifest, hashes, after, until))
+        until = until or int(self.options.get("until_commit") or manifest.commits)
+        self._until = until  # the reader reads what the schema was found from, whatever is committed meanwhile
+        return plan_files(manifest, hashes, after, until)
+
+    def _needs(self, storage: Storage, properties: dict, files: list[dict]) -> dict[str, Need]:
+        if self.options.get("needs"):
+            return json.loads(self.options["needs"])
+        if getattr(self, "_found_needs", None) is None:  # found once, by schema(): this object is pickled on to reader()
+            self._found_needs = join_all([file_needs(storage, properties, file) for file in files])
+        return self._found_needs
+
+    def schema(self) -> T.StructType:
+        lake, manifest, schema, hashes = self._selected()
+        return columns(schema, self._needs(lake.storage, schema.get("properties", {}), self._files(manifest, hashes)))
+
+    def reader(self, schema: T.StructType) -> DataSourceReader:
+        lake, manifest, json_schema, hashes = self._selected()
+        files = self._files(manifest, hashes, getattr(self, "_until", None))
+        properties = json_schema.get("properties", {})
+        return _Reader(lake.storage, schema, properties, self._needs(lake.storage, properties, files), files)
 
 
 def plan_files(manifest: Manifest, hashes: set[str], after: Position | None, until: int) -> list[dict]:
@@ -130,15 +150,69 @@ def planned_lines(storage: Storage, file: dict) -> Iterator[tuple[int, int, int,
                 yield (index, *positions[index], line)
 
 
-def file_rows(storage: Storage, schema: T.StructType, file: dict) -> Iterator[tuple]:
-    """The rows of one planned file (``plan_files``) under ``schema`` (properties, then POSITION_COLUMNS)."""
-    convert = row_converter(T.StructType(schema.fields[: -len(POSITION_COLUMNS)]))
-    for _, commit, position, line in planned_lines(storage, file):
-        message = decode(line)
-        record = message.get("record") or {}
-        ms = record_time_ms(message.get("time_extracted"), partial(record.get, "_sdc_extracted_at"))  # None: no time of its own
-        time = None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-        yield (*convert(record), commit, position, file["version"], time)
+def planned_messages(storage: Storage, file: dict) -> Iterator[list[tuple[int, int, dict]]]:
+    """``(commit, position, message)`` of the unread RECORD messages of a planned file, decoded exactly, in lists of BATCH_ROWS."""
+    lines = planned_lines(storage, file)
+    while chunk := list(islice(lines, BATCH_ROWS)):
+        yield [(commit, position, decode(line)) for _, commit, position, line in chunk]
+
+
+def message_time(message: dict) -> int | None:
+    """The record's time (SPEC.md §1); None when the message carries none of its own."""
+    return record_time_ms(message.get("time_extracted"), functools.partial(record_of(message).get, "_sdc_extracted_at"))
+
+
+def record_of(message: dict) -> dict:
+    record = message.get("record")
+    return record if isinstance(record, dict) else {}
+
+
+def file_needs(storage: Storage, properties: dict, file: dict) -> dict[str, Need]:
+    """What the values of a planned file's unread records need, per property (``exact``)."""
+    needs: dict[str, Need] = {}
+    for chunk in planned_messages(storage, file):
+        needs = join_all([needs, records_needs(properties, [record_of(message) for _, _, message in chunk])])
+    return needs
+
+
+def _item_needs(storage: Storage, item: dict) -> dict[str, Need]:
+    return file_needs(storage, item["properties"], item["file"])
+
+
+def needs_on_executors(spark, storage: Storage, streams: list[tuple[dict, list[dict]]]) -> list[dict[str, Need]]:
+    """For each stream, given as its properties and planned files (``plan_files``), what its values
+    need: every file of every stream read in one Spark job on the executors (``needs`` option)."""
+    from singerlake.jobs.runner import run_items
+
+    items = [{"stream": n, "properties": properties, "file": file} for n, (properties, files) in enumerate(streams) for file in files]
+    sizes = [item["file"]["entry"]["size"] for item in items]
+    found = run_items(spark, items, functools.partial(_item_needs, storage), sizes=sizes, items_per_task=16, threads=2)
+    needs: list[dict[str, Need]] = [{} for _ in streams]
+    for item, result in zip(items, found, strict=True):
+        needs[item["stream"]] = join_all([needs[item["stream"]], result])
+    return needs
+
+
+def file_batches(storage: Storage, schema: T.StructType, properties: dict, needs: dict[str, Need], file: dict) -> Iterator[Any]:
+    """Arrow batches of one planned file (``plan_files``) under ``schema``: the properties typed by
+    ``exact`` (the projection's ``typed_table``), then POSITION_COLUMNS."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from singerlake.jobs.project import typed_table
+
+    target = to_arrow_schema(schema, timezone="UTC")
+    for chunk in planned_messages(storage, file):
+        typed = typed_table(properties, needs, [record_of(message) for _, _, message in chunk])
+        times = [message_time(message) for _, _, message in chunk]
+        positions = [
+            pa.array([commit for commit, _, _ in chunk], pa.int64()),
+            pa.array([position for _, position, _ in chunk], pa.int64()),
+            pa.array([file["version"]] * len(chunk), pa.string()),
+            pa.array(times, pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
+        ]
+        table = pa.Table.from_arrays([*typed.columns, *positions], names=target.names)
+        yield from table.cast(target).combine_chunks().to_batches()
 
 
 class _FilePartition(InputPartition):
@@ -148,11 +222,11 @@ class _FilePartition(InputPartition):
 
 
 class _Reader(DataSourceReader):
-    def __init__(self, storage: Storage, schema: T.StructType, files: list[dict]):
-        self.storage, self.schema, self.files = storage, schema, files
+    def __init__(self, storage: Storage, schema: T.StructType, properties: dict, needs: dict[str, Need], files: list[dict]):
+        self.storage, self.schema, self.properties, self.needs, self.files = storage, schema, properties, needs, files
 
     def partitions(self) -> list[InputPartition]:
         return [_FilePartition(file) for file in self.files]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
-        return file_rows(self.storage, self.schema, partition.file)
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return file_batches(self.storage, self.schema, self.properties, self.needs, partition.file)
