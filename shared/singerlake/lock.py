@@ -111,7 +111,9 @@ class Lock:
             stamp = now_ms()
             body = _body(writer_id, stamp, stamp, self.lease_s)
             try:
-                self.storage.write(self.key, body, if_none_match=True, durable=False)
+                # Create-only: the storage lets exactly one of racing writers create the key, so
+                # success alone proves the lock is ours (SPEC.md §8); nothing needs reading back.
+                etag = self.storage.write(self.key, body, if_none_match=True, durable=False)
             except PreconditionFailed:
                 try:
                     current = self.storage.read(self.key)
@@ -127,19 +129,12 @@ class Lock:
                     time.sleep(self.poll_s)
                     continue
                 try:
-                    self.storage.write(self.key, body, if_match=current.etag, durable=False)
+                    # Replaces exactly the version judged stale: losing to another taker or a late refresh fails here.
+                    etag = self.storage.write(self.key, body, if_match=current.etag, durable=False)
                 except PreconditionFailed:
                     continue  # someone else refreshed or took it over first
                 log.warning("took over stale lock %s from %s", self.storage.url_of(self.key), holder)
-            # The seed's rule: read back and check the writer id before proceeding.
-            try:
-                check = self.storage.read(self.key)
-            except NotFound:
-                continue
-            info = LockInfo.parse(check.data)
-            if info is None or info.writer_id != writer_id:
-                continue
-            self.writer_id, self._etag, self._acquired_ms = writer_id, check.etag, stamp
+            self.writer_id, self._etag, self._acquired_ms = writer_id, etag, stamp
             self._lost.clear()
             self._stop.clear()
             if self.heartbeat:
