@@ -56,6 +56,8 @@ class Drain:
         self.writers: dict[tuple[str, str], Future[SchemaWriter]] = {}
         self._writers_lock = threading.Lock()  # the reader opens writers, the drain looks them up
         self._published: dict[str, dict] = {}  # the catalogue entry this run last wrote per stream
+        self._listed: set[str] | None = None  # the tap's stream directories when this run first looked
+        self._listing = threading.Lock()
         self._registered = False
         # Opens, commits and releases of many streams: as many at once as the storage serves well.
         self._pool = ThreadPoolExecutor(lake.storage.parallel_requests, thread_name_prefix="singerlake-commit")
@@ -141,8 +143,22 @@ class Drain:
         key = (schema.message["stream"], schema.hash)
         with self._writers_lock:
             if key not in self.writers:
-                self.writers[key] = self._pool.submit(self._new_writer(schema).open)
+                self.writers[key] = self._pool.submit(self._open, self._new_writer(schema))
             return self.writers[key]
+
+    def _open(self, writer: SchemaWriter) -> SchemaWriter:
+        return writer.open(new_stream=self._is_new_stream(writer.paths.stream_dir))
+
+    def _is_new_stream(self, stream_dir: str) -> bool:
+        """Whether the stream had no object at all when this run listed the tap's streams (once, before
+        its first lock): its first manifest is then created without a read or a scan (SPEC.md §7)."""
+        parent, segment = stream_dir.rsplit("/", 1)
+        with self._listing:
+            if self._listed is None:
+                self._listed = set(self.lake.storage.list_dirs(f"{parent}/"))
+            new = segment not in self._listed
+            self._listed.add(segment)  # another schema of the stream finds the manifest this one creates
+        return new
 
     def _new_writer(self, schema: Any) -> SchemaWriter:
         s = self.settings
