@@ -108,9 +108,10 @@ def test_a_batch_of_many_streams_is_written_by_one_spark_job(local_lake):
 
 def test_a_warm_batch_costs_one_storage_request_per_stream(lake):
     """Second batch on 300 streams whose writers are registered: one conditional write of each manifest,
-    against the version the writer wrote last (no read: nobody else wrote since), nothing else."""
+    against the version the writer wrote last (no read: nobody else wrote since), nothing else.
+    (A third, the last, follows: the last batch also releases each stream's lock once committed.)"""
     streams = 300
-    lines, sent = many_streams(streams=streams, records_per_batch=2, batches=2)
+    lines, sent = many_streams(streams=streams, records_per_batch=2, batches=3)
     target = cut_at_each_state(lake)
     counting = CountingStorage(target.lake.storage)
     target.lake.storage = counting
@@ -124,7 +125,7 @@ def test_a_warm_batch_costs_one_storage_request_per_stream(lake):
     target.lander.drain.emit_state = mark_and_emit
     states = listen(target, lines)
 
-    assert len(states) == 2 and len(marks) == 2
+    assert len(states) == 3 and len(marks) == 3
     manifests = {StreamPaths(TAP, stream_name(n)).manifest for n in range(streams)}
     first_reads = [key for method, key in counting.calls[: marks[0]] if method == "read" and key in manifests]
     assert first_reads == [], "batch 1 reads no manifest: the streams are new, so registering creates each unread"
@@ -132,6 +133,8 @@ def test_a_warm_batch_costs_one_storage_request_per_stream(lake):
     by_kind = Counter(method for method, _ in second)
     assert by_kind == {"write": streams}, by_kind
     assert Counter(key for _, key in second) == {key: 1 for key in manifests}, "only manifests: no catalogue, lock or root I/O"
+    last = Counter((method, kind_of(key)) for method, key in counting.calls[marks[1] :])
+    assert last == {("write", "manifest.json"): streams, ("delete", "singerlake.lock"): streams}, last
     for stream, records in sent.items():
         assert lake.stored(stream) == [record.rstrip(b"\n") for record in records]
     catalogue = lake.json(catalogue_key(TAP))
@@ -145,11 +148,12 @@ def kind_of(key: str) -> str:
 def test_a_first_batch_on_new_streams_costs_four_storage_requests_per_stream(lake):
     """First batch of a new tap on 300 new streams (SPEC.md §10): per stream a create-only lock, a
     create-only manifest (registration: no read, no scan), the commit (If-Match) and the lock's
-    release; per run one listing of the tap's streams, and the catalogue and singerlake.json (read,
-    rebuilt from a listing since neither exists yet, written). Data files are written by executors."""
+    release (in the last batch, as soon as the stream is committed); per run one listing of the tap's
+    streams, and the catalogue and singerlake.json (read, rebuilt from a listing since neither
+    exists yet, written). Data files are written by executors."""
     streams = 300
     lines, sent = many_streams(streams=streams, records_per_batch=2, batches=1)
-    target = cut_at_each_state(lake)
+    target = cut_at_each_state(lake, max_batch_age_seconds=300)  # one batch, cut by the end of input: the last
     counting = CountingStorage(target.lake.storage)
     target.lake.storage = counting
     marks: list[int] = []
@@ -162,20 +166,20 @@ def test_a_first_batch_on_new_streams_costs_four_storage_requests_per_stream(lak
     target.lander.drain.emit_state = mark_and_emit
     assert len(listen(target, lines)) == 1
 
-    batch, release = counting.calls[: marks[0]], counting.calls[marks[0] :]
-    by_request = Counter((method, kind_of(key)) for method, key in batch)
+    by_request = Counter((method, kind_of(key)) for method, key in counting.calls)
     assert by_request == {
         ("list_dirs", f"raw/{TAP}/"): 2,  # the run's listing of the tap's streams; the catalogue's rebuild
         ("list_dirs", "raw/"): 1,  # singerlake.json's rebuild
         ("write", "singerlake.lock"): streams,
         ("write", "manifest.json"): 2 * streams,  # registration (create-only), commit
+        ("delete", "singerlake.lock"): streams,
         ("read", "catalogue.json"): 1,
         ("write", "catalogue.json"): 1,
         ("read", "singerlake.json"): 1,
         ("write", "singerlake.json"): 1,
     }, by_request
-    assert Counter(method for method, _ in release) == {"delete": streams}
-    assert len(batch) + len(release) == 4 * streams + 7
+    assert len(counting.calls) == 4 * streams + 7
+    assert counting.calls[marks[0] :] == [], "the last batch released each lock once its stream was committed, before the STATE"
     for stream, records in sent.items():
         assert lake.stored(stream) == [record.rstrip(b"\n") for record in records]
         assert {entry["work_id"] for entry in lake.manifest(stream)["files"]} == {target.lander.settings.work_id}

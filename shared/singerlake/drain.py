@@ -42,6 +42,7 @@ class LandingError(SingerlakeError, RuntimeError):
 class DrainJob:
     batch: Batch
     state: bytes | None
+    final: bool = False  # the run's last batch: a stream's locks are released once its commits are done
 
 
 class Drain:
@@ -129,7 +130,9 @@ class Drain:
             self._confirm_stored([file for segment_files in files for file in segment_files])
         written = time.monotonic()
         files_of = {id(segment): segment_files for segment, segment_files in zip(segments, files, strict=True)}
-        commits = [self._pool.submit(self._commit_stream, stream, items, files_of) for stream, items in job.batch.streams.items()]
+        commits = [
+            self._pool.submit(self._commit_stream, stream, items, files_of, job.final) for stream, items in job.batch.streams.items()
+        ]
         wait(commits)
         for future in commits:
             future.result()  # the first failure fails the batch (after every stream's commit has ended)
@@ -213,14 +216,26 @@ class Drain:
         """The Spark job group of a batch's job: unique per run, so the UI and status tracker tell runs apart."""
         return f"{self.settings.work_id or 'target-singerlake'} batch {batch}"
 
-    def _commit_stream(self, stream: str, items: list[Segment | ActivateVersion], files_of: dict[int, list[dict]]) -> Manifest | None:
-        """One stream's segments and marks, in arrival order; returns its manifest after the last commit."""
+    def _commit_stream(
+        self, stream: str, items: list[Segment | ActivateVersion], files_of: dict[int, list[dict]], final: bool = False
+    ) -> Manifest | None:
+        """One stream's segments and marks, in arrival order; returns its manifest after the last commit.
+
+        ``final``: then the stream's locks are released at once, beside other streams' commits
+        (``close`` skips them), instead of all after every commit.
+        """
         manifest = None
         for item in items:
             if isinstance(item, Segment):
                 manifest = self.writers[(stream, item.schema.hash)].result().commit(files_of[id(item)], publish=False)
             else:
                 manifest = self._record_activation(stream, item)
+        if final:
+            with self._writers_lock:
+                mine = [future for (name, _), future in self.writers.items() if name == stream]
+            for future in mine:
+                if future.done() and future.exception() is None and (outcome := _release(future.result())) is not None:
+                    log.warning("could not release %s: %s", future.result().lock.key, outcome)
         return manifest
 
     def _record_activation(self, stream: str, item: ActivateVersion) -> Manifest:

@@ -336,13 +336,16 @@ class Lander:
         if self.batch.rows and self.batch.age_s() >= self.settings.max_batch_age_s:
             self._drain()
 
-    def _drain(self) -> None:
-        """Cut the batch and hand it, with the STATE not yet scheduled, to the drain (waiting while it is behind)."""
+    def _drain(self, final: bool = False) -> None:
+        """Cut the batch and hand it, with the STATE not yet scheduled, to the drain (waiting while it is behind).
+
+        ``final``: nothing follows (the input ended): each stream's locks go as soon as its commits are done.
+        """
         state = self.latest_state if self.latest_state != self.scheduled_state else None
         if not self.batch and state is None:
             return
         self.batch.seal()
-        self.drain.submit(DrainJob(self.batch, state))
+        self.drain.submit(DrainJob(self.batch, state, final))
         if state is not None:
             self.scheduled_state = state
         self.batch = Batch(CHUNK_BYTES, self.compressor)
@@ -352,7 +355,7 @@ class Lander:
         """Drain and commit everything, emit the last STATE received, release the locks."""
         self._stop_watch()
         try:
-            self._drain()
+            self._drain(final=True)
             self.drain.stop()
             self.drain.raise_if_failed()
         finally:
