@@ -108,7 +108,6 @@ class Drain:
 
     # -- the drain thread ----------------------------------------------------------------------------
     def _loop(self) -> None:
-        _preload()
         while True:
             job = self._jobs.get()
             if job is None:
@@ -191,6 +190,8 @@ class Drain:
         table = batch_table([segment.chunks for segment in segments])
         for segment in segments:
             segment.chunks = []  # the table holds the only copy now
+        if getattr(self.spark, "started", lambda: True)() is None:
+            _preload()  # Spark is still starting: load meanwhile what its first job would import
         spark = self.spark()
         _label_jobs(spark, self.job_group(self._batches + 1), f"{len(segments)} segment(s), {table.num_rows} chunk(s)")
         return write_with_spark(spark, jobs, table)
@@ -282,7 +283,7 @@ class Drain:
 
 def _preload() -> None:
     """Imports the first batch's Spark job would make on its critical path (createDataFrame always
-    imports pandas: ~0.2 s of CPU), made while the first batch is still being read instead."""
+    imports pandas: ~0.2 s of CPU), made while the drain waits for Spark to start instead."""
     try:
         import pandas  # noqa: F401
     except ImportError:  # optional for Spark: createDataFrame of an Arrow table works without it
