@@ -236,7 +236,10 @@ class _Heartbeat:
                     self._wake.wait(wait)
                 _, _, lock, held = heapq.heappop(self._due)
                 pool = self._pool
-            pool.submit(self._beat, lock, held)
+            try:
+                pool.submit(self._beat, lock, held)
+            except RuntimeError:  # the interpreter is shutting down: nobody is left to hold a lock for
+                return
 
     @staticmethod
     def _gone(lock: Lock, held: int) -> bool:
