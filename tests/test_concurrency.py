@@ -40,7 +40,7 @@ def _write(storage, paths: StreamPaths, schema_hash_: str, schema_line: bytes, n
 # -- many writers, one manifest ---------------------------------------------------------------------
 
 
-def _commit_child(spec: dict, name: str, commits: int, out: str) -> None:
+def _commit_child(spec: dict, name: str, commits: int, out: str, absent: bool = False) -> None:
     storage = open_spec(spec)
     paths = StreamPaths(TAP, STREAM)
     schema, keys, hash_, line = _schema(name)
@@ -49,7 +49,9 @@ def _commit_child(spec: dict, name: str, commits: int, out: str) -> None:
     print("ready", flush=True)
     sys.stdin.readline()
     lock.acquire()
-    register_writer(storage, paths, hash_, lock.writer_id)
+    # absent: every writer believes the stream is new (its run listed the tap before anyone wrote),
+    # so each first tries to create the manifest unread; all but one lose that create and read it.
+    register_writer(storage, paths, hash_, lock.writer_id, absent=absent)
     done = []
     for n in range(commits):
         record = _write(storage, paths, hash_, line, n)
@@ -60,10 +62,11 @@ def _commit_child(spec: dict, name: str, commits: int, out: str) -> None:
     Path(out).write_text(json.dumps({"writer_id": lock.writer_id, "schema_hash": hash_, "files": done}))
 
 
-def test_concurrent_writers_append_every_commit_exactly_once(lake_spec, tmp_path):
+@pytest.mark.parametrize("absent", [False, True], ids=["known", "all-think-new"])
+def test_concurrent_writers_append_every_commit_exactly_once(lake_spec, tmp_path, absent):
     writers, commits = 4, 50
     outs = [tmp_path / f"writer-{n}.json" for n in range(writers)]
-    children = [spawn(__file__, "_commit_child", lake_spec, f"field_{n}", commits, str(out)) for n, out in enumerate(outs)]
+    children = [spawn(__file__, "_commit_child", lake_spec, f"field_{n}", commits, str(out), absent) for n, out in enumerate(outs)]
     run_together(children, timeout=300)
     results = [json.loads(out.read_text()) for out in outs]
 

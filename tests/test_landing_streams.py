@@ -108,9 +108,10 @@ def test_a_batch_of_many_streams_is_written_by_one_spark_job(local_lake):
 
 def test_a_warm_batch_costs_one_storage_request_per_stream(lake):
     """Second batch on 300 streams whose writers are registered: one conditional write of each manifest,
-    against the version the writer wrote last (no read: nobody else wrote since), nothing else."""
+    against the version the writer wrote last (no read: nobody else wrote since), nothing else.
+    (A third, the last, follows: the last batch also releases each stream's lock once committed.)"""
     streams = 300
-    lines, sent = many_streams(streams=streams, records_per_batch=2, batches=2)
+    lines, sent = many_streams(streams=streams, records_per_batch=2, batches=3)
     target = cut_at_each_state(lake)
     counting = CountingStorage(target.lake.storage)
     target.lake.storage = counting
@@ -124,20 +125,84 @@ def test_a_warm_batch_costs_one_storage_request_per_stream(lake):
     target.lander.drain.emit_state = mark_and_emit
     states = listen(target, lines)
 
-    assert len(states) == 2 and len(marks) == 2
+    assert len(states) == 3 and len(marks) == 3
     manifests = {StreamPaths(TAP, stream_name(n)).manifest for n in range(streams)}
-    first_reads = Counter(key for method, key in counting.calls[: marks[0]] if method == "read" and key in manifests)
-    assert first_reads == {key: 1 for key in manifests}, (
-        "batch 1 reads each manifest once (to register); the catalogue comes from the commits"
-    )
+    first_reads = [key for method, key in counting.calls[: marks[0]] if method == "read" and key in manifests]
+    assert first_reads == [], "batch 1 reads no manifest: the streams are new, so registering creates each unread"
     second = counting.calls[marks[0] : marks[1]]
     by_kind = Counter(method for method, _ in second)
     assert by_kind == {"write": streams}, by_kind
     assert Counter(key for _, key in second) == {key: 1 for key in manifests}, "only manifests: no catalogue, lock or root I/O"
+    last = Counter((method, kind_of(key)) for method, key in counting.calls[marks[1] :])
+    assert last == {("write", "manifest.json"): streams, ("delete", "singerlake.lock"): streams}, last
     for stream, records in sent.items():
         assert lake.stored(stream) == [record.rstrip(b"\n") for record in records]
     catalogue = lake.json(catalogue_key(TAP))
     assert sorted(entry["tap_stream_id"] for entry in catalogue["streams"]) == sorted(sent)
+
+
+def kind_of(key: str) -> str:
+    return key.rsplit("/", 1)[-1] if key.endswith((".lock", ".json")) else key
+
+
+def test_a_first_batch_on_new_streams_costs_four_storage_requests_per_stream(lake):
+    """First batch of a new tap on 300 new streams (SPEC.md §10): per stream a create-only lock, a
+    create-only manifest (registration: no read, no scan), the commit (If-Match) and the lock's
+    release (in the last batch, as soon as the stream is committed); per run one listing of the tap's
+    streams, and the catalogue and singerlake.json (read, rebuilt from a listing since neither
+    exists yet, written). Data files are written by executors."""
+    streams = 300
+    lines, sent = many_streams(streams=streams, records_per_batch=2, batches=1)
+    target = cut_at_each_state(lake, max_batch_age_seconds=300)  # one batch, cut by the end of input: the last
+    counting = CountingStorage(target.lake.storage)
+    target.lake.storage = counting
+    marks: list[int] = []
+    emit = target.lander.drain.emit_state
+
+    def mark_and_emit(state: bytes) -> None:
+        marks.append(len(counting.calls))
+        emit(state)
+
+    target.lander.drain.emit_state = mark_and_emit
+    assert len(listen(target, lines)) == 1
+
+    by_request = Counter((method, kind_of(key)) for method, key in counting.calls)
+    assert by_request == {
+        ("list_dirs", f"raw/{TAP}/"): 2,  # the run's listing of the tap's streams; the catalogue's rebuild
+        ("list_dirs", "raw/"): 1,  # singerlake.json's rebuild
+        ("write", "singerlake.lock"): streams,
+        ("write", "manifest.json"): 2 * streams,  # registration (create-only), commit
+        ("delete", "singerlake.lock"): streams,
+        ("read", "catalogue.json"): 1,
+        ("write", "catalogue.json"): 1,
+        ("read", "singerlake.json"): 1,
+        ("write", "singerlake.json"): 1,
+    }, by_request
+    assert len(counting.calls) == 4 * streams + 7
+    assert counting.calls[marks[0] :] == [], "the last batch released each lock once its stream was committed, before the STATE"
+    for stream, records in sent.items():
+        assert lake.stored(stream) == [record.rstrip(b"\n") for record in records]
+        assert {entry["work_id"] for entry in lake.manifest(stream)["files"]} == {target.lander.settings.work_id}
+    assert lake.locks() == []
+
+
+def test_a_stream_with_data_but_no_manifest_is_seeded_from_a_scan_not_taken_for_new(local_lake):
+    """A stream whose directory holds data files but no manifest (a lake copied without its metadata,
+    a manifest deleted to be rebuilt) is not new: its first manifest still comes from the scan (SPEC.md §7)."""
+    old, new = stream_name(1), stream_name(2)
+    assert len(listen(cut_at_each_state(local_lake), many_streams(streams=2, records_per_batch=2, batches=1)[0])) == 1
+    local_lake.storage.delete(StreamPaths(TAP, old).manifest)
+    lines = [schema_msg(old, SCHEMA, ["id"]), schema_msg(new, SCHEMA, ["id"])]
+    lines += [record_msg(name, {"id": 500, "name": "later"}) for name in (old, new)] + [state_msg({"batch": 2})]
+    target = cut_at_each_state(local_lake)
+    counting = CountingStorage(target.lake.storage)
+    target.lake.storage = counting
+    assert len(listen(target, lines)) == 1
+
+    manifest_reads = Counter(key for method, key in counting.calls if method == "read" and key.endswith("manifest.json"))
+    assert manifest_reads == {StreamPaths(TAP, old).manifest: 1}, "only the stream the listing showed is read (404), then scanned"
+    assert [json.loads(line)["record"]["id"] for line in local_lake.stored(old)] == [0, 1, 500], "the scan adopted the files"
+    assert [json.loads(line)["record"]["id"] for line in local_lake.stored(new)] == [500]
 
 
 def test_parallel_commits_still_reject_a_fenced_out_writer(lake):

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -237,3 +238,30 @@ def test_writer_id_is_never_reused(lake_spec):
         assert lock.release() is True
         assert read_lock(storage, key) is None
     assert len(set(ids)) == len(ids)
+
+
+# -- 6. many held locks share one heartbeat -----------------------------------------------------------
+
+
+def test_many_held_locks_are_all_refreshed_by_a_few_threads(tmp_path):
+    """A writer holds a lock per stream-schema, hundreds at once: one heartbeat schedule refreshes
+    each every lease/3 on a few threads, instead of a thread per lock."""
+    from singerlake.storage import LocalStorage
+
+    storage = LocalStorage(tmp_path / "lake")
+    before = threading.active_count()
+    locks = [Lock(storage, StreamPaths(TAP, f"s{n}").lock("0123456789abc"), lease_s=0.6, drift_s=5).acquire() for n in range(200)]
+    try:
+        assert threading.active_count() - before <= 10
+        first = {lock.key: read_lock(storage, lock.key).refreshed_ms for lock in locks}
+        deadline = time.monotonic() + 60
+        while True:
+            refreshed = {lock.key: read_lock(storage, lock.key).refreshed_ms for lock in locks}
+            if all(refreshed[key] > first[key] for key in first):
+                break
+            assert time.monotonic() < deadline, "some locks were never refreshed"
+            time.sleep(0.1)
+        assert threading.active_count() - before <= 10
+    finally:
+        assert all(lock.release() for lock in locks)
+    assert [info.key for info in storage.list("raw/")] == []

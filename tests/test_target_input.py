@@ -110,3 +110,31 @@ def test_a_long_batch_logs_its_running_total_while_it_is_read(local_lake, caplog
     totals = [record.getMessage() for record in caplog.records if "records received so far" in record.getMessage()]
     assert len(totals) >= 2, caplog.text
     assert "of them in the batch being filled" in totals[-1]
+
+
+def test_schema_validity_checked_column_by_column_agrees_with_the_meta_schema():
+    """The target checks each SCHEMA against draft 7 column by column, remembering each column's
+    verdict (taps repeat column schemas); that must be exactly the meta-schema's verdict."""
+    from jsonschema import Draft7Validator
+    from singerlake.landing.lander import _is_valid_schema
+
+    meta = Draft7Validator(Draft7Validator.META_SCHEMA)
+    schemas = [
+        USERS,
+        {"type": "object", "properties": {"id": {"type": "integer"}}},
+        {"type": "objekt", "properties": {"id": {"type": "integer"}}},
+        {"type": "object", "properties": {"id": {"type": "integr"}}},
+        {"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": 5}}}}},
+        {"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": ["string", "null"]}}}}},
+        {"type": "object", "properties": {"a": True, "b": False}},
+        {"type": "object", "properties": {"a": 3}},
+        {"type": "object", "properties": []},
+        {"type": "object", "properties": {}, "required": "id"},
+        {"type": "object", "properties": {"x": {"anyOf": [{"type": "string"}, {"type": "nul"}]}}},
+        {"type": "object", "properties": {"x": {"minimum": "1"}}},
+        {"type": "object", "properties": {"x": {"minimum": 1}}, "additionalProperties": {"type": "bogus"}},
+        {"type": "object", "properties": {"x": {"minimum": 1}}, "additionalProperties": {"type": "string"}},
+        {"type": "object", "properties": {"x": {"type": "array", "items": {"type": "object", "properties": {"y": {"enum": []}}}}}},
+    ]
+    for _ in range(2):  # the second time every verdict comes from what was remembered
+        assert [_is_valid_schema(schema) for schema in schemas] == [meta.is_valid(schema) for schema in schemas]

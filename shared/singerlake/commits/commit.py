@@ -30,19 +30,23 @@ def compare_and_swap(
     timeout_s: float = 300.0,
     durable: bool = True,
     known: Blob | None = None,
+    absent: bool = False,
 ) -> Blob | None:
     """Read ``key``, compute its new bytes with ``change`` (None: leave as is), write only if unchanged.
 
     On a lost race the object is re-read and ``change`` runs again, so concurrent updates compose.
     ``known``: the object as this process last wrote it; the first attempt starts from it without
-    reading, so when nobody wrote since, the whole swap is one conditional write. Returns the
-    object as written (or as found, when unchanged; None when it does not exist).
+    reading, so when nobody wrote since, the whole swap is one conditional write. ``absent``: the
+    caller knows the object does not exist yet; the first attempt is a create-only write, unread.
+    Returns the object as written (or as found, when unchanged; None when it does not exist).
     """
     deadline = time.monotonic() + timeout_s
     attempt = 0
     while True:
         if known is not None:
             current, etag, known = known.data, known.etag, None
+        elif absent:
+            current, etag, absent = None, None, False
         else:
             try:
                 blob = storage.read(key)
@@ -75,11 +79,15 @@ def update_manifest(
     known: Blob | None = None,
     store: PartStore | None = None,
     last: Manifest | None = None,
+    absent: bool = False,
 ) -> Manifest:
     """Apply ``change`` to the stream's manifest atomically; ``change`` returning False writes nothing.
 
     ``seed`` builds the manifest when none exists yet (a rebuild from a scan, so that creating a
-    manifest never hides data files already on storage). ``known``: the ``stored`` of the manifest
+    manifest never hides data files already on storage). ``absent``: the caller knows the stream
+    has no object at all (SPEC.md §7): the first attempt creates the manifest (create-only) without
+    reading it or seeding it; should another writer have created it meanwhile, that write fails and
+    the swap goes on as usual. ``known``: the ``stored`` of the manifest
     this writer wrote last (see ``compare_and_swap``). ``store``: the stream's parts as already read
     (parts never change). ``last``: the manifest this writer wrote last; its root is then neither
     read nor parsed again unless someone else wrote since. A tail grown past its bound is sealed
@@ -92,14 +100,16 @@ def update_manifest(
     store = store or PartStore(storage, paths)
     seeded: list[Manifest] = []
     result: list[Manifest] = []
+    unread = [absent]  # the first attempt of an ``absent`` swap: nothing to scan
 
     def apply(current: bytes | None) -> bytes | None:
+        assumed_new, unread[0] = unread[0], False
         if current is not None and last is not None and last.stored is not None and current is last.stored.data:
             manifest = last.copy()  # the root as this process wrote it
         elif current is not None:
             manifest = Manifest.from_bytes(current, source, store)
         else:
-            if seed is not None and not seeded:
+            if seed is not None and not seeded and not assumed_new:
                 seeded.append(seed())
             manifest = Manifest.from_dict(seeded[0].to_dict(), source, store) if seeded else Manifest(paths.tap_id, paths.stream)
             manifest.store = store
@@ -110,7 +120,7 @@ def update_manifest(
             return None
         return sealed_bytes(manifest)
 
-    result[0].stored = compare_and_swap(storage, paths.manifest, apply, durable=durable, known=known)
+    result[0].stored = compare_and_swap(storage, paths.manifest, apply, durable=durable, known=known, absent=absent and known is None)
     return result[0]
 
 

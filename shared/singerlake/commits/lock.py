@@ -8,11 +8,14 @@ writer id, so an id that lost a lock is never used again.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import logging
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -89,7 +92,7 @@ class Lock:
         self._acquired_ms = 0
         self._lost = threading.Event()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._held = 0  # acquisitions so far: the heartbeat's entries of an earlier one are dropped
         self._io = threading.Lock()
 
     # -- acquiring -------------------------------------------------------------------------
@@ -111,7 +114,9 @@ class Lock:
             stamp = now_ms()
             body = _body(writer_id, stamp, stamp, self.lease_s)
             try:
-                self.storage.write(self.key, body, if_none_match=True, durable=False)
+                # Create-only: the storage lets exactly one of racing writers create the key, so
+                # success alone proves the lock is ours (SPEC.md §8); nothing needs reading back.
+                etag = self.storage.write(self.key, body, if_none_match=True, durable=False)
             except PreconditionFailed:
                 try:
                     current = self.storage.read(self.key)
@@ -127,24 +132,17 @@ class Lock:
                     time.sleep(self.poll_s)
                     continue
                 try:
-                    self.storage.write(self.key, body, if_match=current.etag, durable=False)
+                    # Replaces exactly the version judged stale: losing to another taker or a late refresh fails here.
+                    etag = self.storage.write(self.key, body, if_match=current.etag, durable=False)
                 except PreconditionFailed:
                     continue  # someone else refreshed or took it over first
                 log.warning("took over stale lock %s from %s", self.storage.url_of(self.key), holder)
-            # The seed's rule: read back and check the writer id before proceeding.
-            try:
-                check = self.storage.read(self.key)
-            except NotFound:
-                continue
-            info = LockInfo.parse(check.data)
-            if info is None or info.writer_id != writer_id:
-                continue
-            self.writer_id, self._etag, self._acquired_ms = writer_id, check.etag, stamp
+            self.writer_id, self._etag, self._acquired_ms = writer_id, etag, stamp
             self._lost.clear()
             self._stop.clear()
+            self._held += 1
             if self.heartbeat:
-                self._thread = threading.Thread(target=self._beat, name=f"lock-heartbeat {self.key}", daemon=True)
-                self._thread.start()
+                _HEARTBEAT.add(self, self._held)
             return self
 
     # -- holding ---------------------------------------------------------------------------
@@ -160,15 +158,19 @@ class Lock:
                 self._lost.set()
                 raise LockLost(f"{self.storage.url_of(self.key)}: lock of {self.writer_id} was taken over") from None
 
-    def _beat(self) -> None:
-        while not self._stop.wait(self.lease_s / 3):
-            try:
-                self.refresh()
-            except LockLost as exc:
+    def _beat(self) -> bool:
+        """One heartbeat: refresh the lease; returns whether to go on beating."""
+        if self._stop.is_set():
+            return False
+        try:
+            self.refresh()
+        except LockLost as exc:
+            if not self._stop.is_set():  # else released meanwhile: nothing was lost
                 log.error("%s", exc)
-                return
-            except Exception as exc:  # transient storage trouble: keep trying until the lease ends
-                log.warning("could not refresh %s: %s", self.key, exc)
+            return False
+        except Exception as exc:  # transient storage trouble: keep trying until the lease ends
+            log.warning("could not refresh %s: %s", self.key, exc)
+        return True
 
     @property
     def lost(self) -> bool:
@@ -181,10 +183,7 @@ class Lock:
     # -- releasing -------------------------------------------------------------------------
     def release(self) -> bool:
         """Delete the lock only if it is still ours; returns whether it was."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._stop.set()  # the heartbeat drops it; a refresh under way finishes first (self._io)
         with self._io:
             etag, self._etag = self._etag, None
             if etag is None or self._lost.is_set():
@@ -202,6 +201,56 @@ class Lock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+class _Heartbeat:
+    """Refreshes every lock this process holds, each every lease/3: one thread that keeps the
+    schedule, refreshes on a few threads (a thread per lock would cost a thread per stream)."""
+
+    def __init__(self, threads: int = 8):
+        self._due: list[tuple[float, int, Lock, int]] = []  # (when, tie-break, lock, its acquisition)
+        self._order = itertools.count()
+        self._wake = threading.Condition()
+        self._threads = threads
+        self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    def add(self, lock: Lock, held: int) -> None:
+        with self._wake:
+            heapq.heappush(self._due, (time.monotonic() + lock.lease_s / 3, next(self._order), lock, held))
+            if self._thread is None or not self._thread.is_alive():  # first use (or a forked child)
+                self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="singerlake-lock-refresh")
+                self._thread = threading.Thread(target=self._run, name="singerlake-lock-heartbeat", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while True:
+                    while self._due and self._gone(*self._due[0][2:]):
+                        heapq.heappop(self._due)
+                    wait = self._due[0][0] - time.monotonic() if self._due else None
+                    if wait is not None and wait <= 0:
+                        break
+                    self._wake.wait(wait)
+                _, _, lock, held = heapq.heappop(self._due)
+                pool = self._pool
+            try:
+                pool.submit(self._beat, lock, held)
+            except RuntimeError:  # the interpreter is shutting down: nobody is left to hold a lock for
+                return
+
+    @staticmethod
+    def _gone(lock: Lock, held: int) -> bool:
+        return lock._stop.is_set() or lock._held != held
+
+    def _beat(self, lock: Lock, held: int) -> None:
+        if not self._gone(lock, held) and lock._beat():
+            self.add(lock, held)
+
+
+_HEARTBEAT = _Heartbeat()
 
 
 def looks_stale(info: LockInfo | None, now: int, drift_s: float = DEFAULT_DRIFT_S) -> bool:

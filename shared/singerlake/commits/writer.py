@@ -49,13 +49,18 @@ class SchemaWriter:
         self.lock = Lock(lake.storage, self.paths.lock(self.schema_hash), lease_s=lease_s, drift_s=drift_s, wait_s=wait_s)
         self.manifest: Manifest | None = None  # as this writer last wrote it
 
-    def open(self) -> SchemaWriter:
+    def open(self, new_stream: bool = False) -> SchemaWriter:
+        """Take the lock and register as the stream-schema's writer (the fence, SPEC.md §9).
+
+        ``new_stream``: the stream held no object at all when the caller listed the tap, so the
+        registration creates its manifest straight away: no read, no scan (SPEC.md §7).
+        """
         self.lock.acquire()
         try:
             self.lake.ensure_names(self.paths)
             storage = self.lake.storage
             seed = functools.partial(scan_stream, storage, self.paths)
-            self.manifest = register_writer(storage, self.paths, self.schema_hash, self.lock.writer_id, seed=seed)
+            self.manifest = register_writer(storage, self.paths, self.schema_hash, self.lock.writer_id, seed=seed, absent=new_stream)
         except BaseException:
             self.lock.release()
             raise

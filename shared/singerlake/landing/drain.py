@@ -43,6 +43,7 @@ class LandingError(SingerlakeError, RuntimeError):
 class DrainJob:
     batch: Batch
     state: bytes | None
+    final: bool = False  # the run's last batch: a stream's locks are released once its commits are done
 
 
 class Drain:
@@ -57,6 +58,8 @@ class Drain:
         self.writers: dict[tuple[str, str], Future[SchemaWriter]] = {}
         self._writers_lock = threading.Lock()  # the reader opens writers, the drain looks them up
         self._published: dict[str, dict] = {}  # the catalogue entry this run last wrote per stream
+        self._listed: set[str] | None = None  # the tap's stream directories when this run first looked
+        self._listing = threading.Lock()
         self._registered = False
         # Opens, commits and releases of many streams: as many at once as the storage serves well.
         self._pool = ThreadPoolExecutor(lake.storage.parallel_requests, thread_name_prefix="singerlake-commit")
@@ -128,7 +131,9 @@ class Drain:
             self._confirm_stored([file for segment_files in files for file in segment_files])
         written = time.monotonic()
         files_of = {id(segment): segment_files for segment, segment_files in zip(segments, files, strict=True)}
-        commits = [self._pool.submit(self._commit_stream, stream, items, files_of) for stream, items in job.batch.streams.items()]
+        commits = [
+            self._pool.submit(self._commit_stream, stream, items, files_of, job.final) for stream, items in job.batch.streams.items()
+        ]
         wait(commits)
         for future in commits:
             future.result()  # the first failure fails the batch (after every stream's commit has ended)
@@ -142,8 +147,22 @@ class Drain:
         key = (schema.message["stream"], schema.hash)
         with self._writers_lock:
             if key not in self.writers:
-                self.writers[key] = self._pool.submit(self._new_writer(schema).open)
+                self.writers[key] = self._pool.submit(self._open, self._new_writer(schema))
             return self.writers[key]
+
+    def _open(self, writer: SchemaWriter) -> SchemaWriter:
+        return writer.open(new_stream=self._is_new_stream(writer.paths.stream_dir))
+
+    def _is_new_stream(self, stream_dir: str) -> bool:
+        """Whether the stream had no object at all when this run listed the tap's streams (once, before
+        its first lock): its first manifest is then created without a read or a scan (SPEC.md §7)."""
+        parent, segment = stream_dir.rsplit("/", 1)
+        with self._listing:
+            if self._listed is None:
+                self._listed = set(self.lake.storage.list_dirs(f"{parent}/"))
+            new = segment not in self._listed
+            self._listed.add(segment)  # another schema of the stream finds the manifest this one creates
+        return new
 
     def _new_writer(self, schema: Any) -> SchemaWriter:
         s = self.settings
@@ -172,6 +191,8 @@ class Drain:
         table = batch_table([segment.chunks for segment in segments])
         for segment in segments:
             segment.chunks = []  # the table holds the only copy now
+        if getattr(self.spark, "started", lambda: True)() is None:
+            _preload()  # Spark is still starting: load meanwhile what its first job would import
         spark = self.spark()
         _label_jobs(spark, self.job_group(self._batches + 1), f"{len(segments)} segment(s), {table.num_rows} chunk(s)")
         return write_with_spark(spark, jobs, table)
@@ -198,14 +219,26 @@ class Drain:
         """The Spark job group of a batch's job: unique per run, so the UI and status tracker tell runs apart."""
         return f"{self.settings.work_id or 'target-singerlake'} batch {batch}"
 
-    def _commit_stream(self, stream: str, items: list[Segment | ActivateVersion], files_of: dict[int, list[dict]]) -> Manifest | None:
-        """One stream's segments and marks, in arrival order; returns its manifest after the last commit."""
+    def _commit_stream(
+        self, stream: str, items: list[Segment | ActivateVersion], files_of: dict[int, list[dict]], final: bool = False
+    ) -> Manifest | None:
+        """One stream's segments and marks, in arrival order; returns its manifest after the last commit.
+
+        ``final``: then the stream's locks are released at once, beside other streams' commits
+        (``close`` skips them), instead of all after every commit.
+        """
         manifest = None
         for item in items:
             if isinstance(item, Segment):
                 manifest = self.writers[(stream, item.schema.hash)].result().commit(files_of[id(item)], publish=False)
             else:
                 manifest = self._record_activation(stream, item)
+        if final:
+            with self._writers_lock:
+                mine = [future for (name, _), future in self.writers.items() if name == stream]
+            for future in mine:
+                if future.done() and future.exception() is None and (outcome := _release(future.result())) is not None:
+                    log.warning("could not release %s: %s", future.result().lock.key, outcome)
         return manifest
 
     def _record_activation(self, stream: str, item: ActivateVersion) -> Manifest:
@@ -247,6 +280,15 @@ class Drain:
             f"{self._records:,}",
             f"{self._records / elapsed:,.0f}" if elapsed > 0 else "-",
         )
+
+
+def _preload() -> None:
+    """Imports the first batch's Spark job would make on its critical path (createDataFrame always
+    imports pandas: ~0.2 s of CPU), made while the drain waits for Spark to start instead."""
+    try:
+        import pandas  # noqa: F401
+    except ImportError:  # optional for Spark: createDataFrame of an Arrow table works without it
+        pass
 
 
 def _release(writer: SchemaWriter) -> Exception | None:

@@ -85,6 +85,27 @@ class _State(msgspec.Struct):
 
 _state_decoder = msgspec.json.Decoder(_State)
 
+_VALID_SCHEMAS: dict[str, bool] = {}  # draft 7 verdicts on (sub-)schemas already checked, by canonical JSON
+
+
+def _is_valid_schema(schema: Any) -> bool:
+    """Whether ``schema`` is a valid draft 7 JSON Schema, checked property by property with every
+    verdict remembered: a tap's tables share most of their column schemas, and checking a whole
+    schema against the meta-schema costs ~1 ms (1 s of CPU in a 1,000-stream run). Exact: the
+    meta-schema checks each of ``properties``' values against itself, independently of the rest."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if isinstance(properties, dict) and properties:
+        return _is_valid_schema({**schema, "properties": {}}) and all(_is_valid_schema(sub) for sub in properties.values())
+    key = json.dumps(schema, sort_keys=True)
+    verdict = _VALID_SCHEMAS.get(key)
+    if verdict is None:
+        from jsonschema import Draft7Validator
+
+        if len(_VALID_SCHEMAS) > 100_000:
+            _VALID_SCHEMAS.clear()
+        verdict = _VALID_SCHEMAS[key] = Draft7Validator(Draft7Validator.META_SCHEMA).is_valid(schema)
+    return verdict
+
 
 class Lander:
     def __init__(
@@ -238,7 +259,7 @@ class Lander:
         from jsonschema import Draft7Validator
         from jsonschema.exceptions import best_match
 
-        error = best_match(Draft7Validator(Draft7Validator.META_SCHEMA).iter_errors(schema))
+        error = None if _is_valid_schema(schema) else best_match(Draft7Validator(Draft7Validator.META_SCHEMA).iter_errors(schema))
         if error is not None:
             where = "/".join(str(part) for part in error.absolute_path) or "(schema)"
             problem = f"line {number}: SCHEMA for stream {stream!r} is not a valid JSON Schema at {where}: {error.message}"
@@ -312,13 +333,16 @@ class Lander:
         if self.batch.rows and self.batch.age_s() >= self.settings.max_batch_age_s:
             self._drain()
 
-    def _drain(self) -> None:
-        """Cut the batch and hand it, with the STATE not yet scheduled, to the drain (waiting while it is behind)."""
+    def _drain(self, final: bool = False) -> None:
+        """Cut the batch and hand it, with the STATE not yet scheduled, to the drain (waiting while it is behind).
+
+        ``final``: nothing follows (the input ended): each stream's locks go as soon as its commits are done.
+        """
         state = self.latest_state if self.latest_state != self.scheduled_state else None
         if not self.batch and state is None:
             return
         self.batch.seal()
-        self.drain.submit(DrainJob(self.batch, state))
+        self.drain.submit(DrainJob(self.batch, state, final))
         if state is not None:
             self.scheduled_state = state
         self.batch = Batch(CHUNK_BYTES, self.compressor)
@@ -328,7 +352,7 @@ class Lander:
         """Drain and commit everything, emit the last STATE received, release the locks."""
         self._stop_watch()
         try:
-            self._drain()
+            self._drain(final=True)
             self.drain.stop()
             self.drain.raise_if_failed()
         finally:

@@ -48,9 +48,13 @@ class LocalStorage(Storage):
         return Blob(data, _etag(data))
 
     def _write_temp(self, path: Path, data: bytes, durable: bool) -> Path:
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{uuid.uuid4().hex}")
-        with open(tmp, "wb") as handle:
+        try:
+            handle = open(tmp, "wb")
+        except FileNotFoundError:  # a new directory (the common case needs no mkdir calls)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(tmp, "wb")
+        with handle:
             handle.write(data)
             if durable:
                 handle.flush()

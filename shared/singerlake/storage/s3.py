@@ -7,11 +7,18 @@ storage object can be shipped to Spark executors.
 
 from __future__ import annotations
 
+import os
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from singerlake.storage.base import Blob, NotFound, ObjectInfo, PreconditionFailed, Storage, StorageError, check_key
+
+# One client per process and set of options, shared by every S3Storage (a task's file writers, a
+# reused Spark worker's tasks): building a client costs ~0.1-0.5 s of CPU, and boto3 clients are thread-safe.
+_CLIENTS: dict[tuple, Any] = {}
+_CLIENTS_LOCK = threading.Lock()
 
 _CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
@@ -60,20 +67,27 @@ class S3Storage(Storage):
     @property
     def client(self):
         if self._client is None:
-            import boto3
-            from botocore.config import Config
-
-            opts = self._options
-            session = boto3.session.Session(profile_name=opts["profile"], region_name=opts["region"])
-            self._client = session.client(
-                "s3",
-                endpoint_url=opts["endpoint_url"],
-                aws_access_key_id=opts["access_key_id"],
-                aws_secret_access_key=opts["secret_access_key"],
-                aws_session_token=opts["session_token"],
-                config=Config(retries={"max_attempts": 8, "mode": "standard"}, max_pool_connections=self.parallel_requests),
-            )
+            key = (os.getpid(), self.parallel_requests, *sorted(self._options.items()))  # a forked child builds its own
+            with _CLIENTS_LOCK:  # threads asking at once (an executor's file writers) build one client, not one each
+                if key not in _CLIENTS:
+                    _CLIENTS[key] = self._new_client()
+                self._client = _CLIENTS[key]
         return self._client
+
+    def _new_client(self):
+        import boto3
+        from botocore.config import Config
+
+        opts = self._options
+        session = boto3.session.Session(profile_name=opts["profile"], region_name=opts["region"])
+        return session.client(
+            "s3",
+            endpoint_url=opts["endpoint_url"],
+            aws_access_key_id=opts["access_key_id"],
+            aws_secret_access_key=opts["secret_access_key"],
+            aws_session_token=opts["session_token"],
+            config=Config(retries={"max_attempts": 8, "mode": "standard"}, max_pool_connections=self.parallel_requests),
+        )
 
     def _key(self, key: str) -> str:
         return self.prefix + check_key(key)
