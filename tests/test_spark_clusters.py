@@ -355,7 +355,9 @@ def split_disk_cluster(tmp_path):
 def test_files_the_driver_cannot_see_fail_the_batch_and_no_state_covers_them(split_disk_cluster, small_input, tmp_path):
     master, area = split_disk_cluster
     root = area / "lake"
-    config = write_config(tmp_path, "target", lake_root=str(root), spark_master=master, lake_root_shared=True)
+    # The executors run this venv's Python: the test is about the disk, not about what the workers have installed.
+    spark_conf = {"spark.pyspark.python": sys.executable}
+    config = write_config(tmp_path, "target", lake_root=str(root), spark_master=master, lake_root_shared=True, spark_conf=spark_conf)
     run = run_target(config, small_input, tmp_path, "split-disk")
     stderr = run.stderr.decode()
     assert run.returncode != 0, "a run whose files the driver cannot see must fail"
