@@ -371,3 +371,23 @@ def test_unwritable_local_root_raises_storage_error(tmp_path):
         assert not root.exists()
     finally:
         (tmp_path / "locked").chmod(stat.S_IRWXU)
+
+
+def test_s3_small_writes_go_in_one_round_trip_large_ones_wait_for_100_continue(s3_root):
+    """botocore would send every PUT with ``Expect: 100-continue`` (a round trip before the body);
+    locks, manifests and small files go without it, bodies of 1 MiB and more keep it."""
+    from singerlake.storage.s3 import EXPECT_MIN_BYTES
+
+    url, options = s3_root
+    storage = open_storage(url, **options)
+    sent: list[bool] = []
+    events = storage.client.meta.events  # the process's shared client: the listener goes again at the end
+    events.register("before-send.s3.PutObject", lambda request, **_: sent.append("Expect" in request.headers), unique_id="expect-seen")
+    small, large = b"s" * 3000, b"l" * EXPECT_MIN_BYTES
+    try:
+        storage.write("raw/small", small, if_none_match=True)
+        storage.write("raw/large", large, if_none_match=True)
+    finally:
+        events.unregister("before-send.s3.PutObject", unique_id="expect-seen")
+    assert sent == [False, True]
+    assert storage.read("raw/small").data == small and storage.read("raw/large").data == large

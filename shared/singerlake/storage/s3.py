@@ -80,7 +80,7 @@ class S3Storage(Storage):
 
         opts = self._options
         session = boto3.session.Session(profile_name=opts["profile"], region_name=opts["region"])
-        return session.client(
+        client = session.client(
             "s3",
             endpoint_url=opts["endpoint_url"],
             aws_access_key_id=opts["access_key_id"],
@@ -88,6 +88,8 @@ class S3Storage(Storage):
             aws_session_token=opts["session_token"],
             config=Config(retries={"max_attempts": 8, "mode": "standard"}, max_pool_connections=self.parallel_requests),
         )
+        client.meta.events.register("before-call.s3", _no_expect_for_small_bodies)
+        return client
 
     def _key(self, key: str) -> str:
         return self.prefix + check_key(key)
@@ -219,3 +221,16 @@ class S3Storage(Storage):
             self.client.delete_object(Bucket=self.bucket, Key=probe)
         except Exception as exc:
             raise StorageError(f"lake root {self.url} is not writable: {exc}") from exc
+
+
+EXPECT_MIN_BYTES = 1 << 20
+
+
+def _no_expect_for_small_bodies(params, **kwargs) -> None:
+    """botocore asks to wait for ``100 Continue`` before sending any body: a round trip more per
+    PUT, worth it only for large bodies. Locks, manifests and small data files go in one."""
+    from botocore.utils import determine_content_length
+
+    headers = params.get("headers", {})
+    if "Expect" in headers and (determine_content_length(params.get("body")) or 0) < EXPECT_MIN_BYTES:
+        del headers["Expect"]
