@@ -113,6 +113,8 @@ def driver_options(master: str, conf: dict[str, Any] | None = None) -> dict[str,
         if os.environ.get("PYTHONWARNINGS") and "ignore::ResourceWarning" not in os.environ["PYTHONWARNINGS"]:
             os.environ["PYTHONWARNINGS"] += ",ignore::ResourceWarning"
         options.update(LOCAL_DEFAULTS)
+        if os.environ["PYSPARK_PYTHON"] == sys.executable:  # the workers run this installation: start them faster
+            options["spark.python.daemon.module"] = "singerlake.spark.worker_daemon"
     cds = cds_java_options(java_home) if master.startswith("local") else ""
     options["spark.driver.extraJavaOptions"] = f"{DRIVER_JAVA_OPTIONS} -Dlog4j.configurationFile={LOG4J_CONFIG} {cds}".strip()
     options.update((key, str(value)) for key, value in (conf or {}).items())

@@ -1,0 +1,83 @@
+"""What a small run pays beyond Spark itself (issue #11): its Python workers start from compiled
+modules and its executors' writes import nothing they do not use."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyspark
+from singerlake.format.datafile import gzip_member
+from singerlake.landing.spark_write import Chunk, batch_table
+from singerlake.spark.session import driver_options
+
+WORKER_PROBE = """
+import json, sys
+from singerlake.spark.session import spark_session
+
+def probe(batches):
+    import pyarrow as pa
+    import pyspark
+    for _ in batches:
+        pass
+    zips = [entry for entry in sys.path if entry.endswith("pyspark.zip")]
+    yield pa.RecordBatch.from_pydict({"found": [json.dumps({"pyspark": pyspark.__file__, "zips": zips})]})
+
+spark = spark_session("local[1]")
+print(spark.range(1).mapInArrow(probe, "found string").collect()[0].found)
+"""
+
+
+def test_local_python_workers_import_the_installed_pyspark_not_the_uncompiled_zip():
+    """Spark puts pyspark.zip first on its workers' path, compiled again at every worker start."""
+    result = subprocess.run([sys.executable, "-c", WORKER_PROBE], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found == {"pyspark": pyspark.__file__, "zips": []}
+
+
+def test_workers_of_another_interpreter_keep_sparks_own_daemon(monkeypatch):
+    """The daemon module is ours: only workers running this installation can import it."""
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    assert driver_options("local[2]")["spark.python.daemon.module"] == "singerlake.spark.worker_daemon"
+    monkeypatch.setenv("PYSPARK_PYTHON", "/usr/bin/python3")
+    assert "spark.python.daemon.module" not in driver_options("local[2]")
+    assert "spark.python.daemon.module" not in driver_options("spark://127.0.0.1:7077")
+
+
+EXECUTOR_WRITE = """
+import sys
+import pyarrow as pa
+from singerlake import Lake, open_storage
+from singerlake.format.datafile import gzip_member
+from singerlake.landing.spark_write import FileJob, write_partition
+
+lake = Lake(open_storage(sys.argv[1]))
+batches = pa.ipc.open_file(sys.argv[2]).read_all().to_batches()
+job = FileJob(lake.storage, lake.paths("tap-x", "users"), "1234567890123", gzip_member(b'{"type":"SCHEMA"}\\n', 6), 1 << 20, None)
+rows = [row for batch in write_partition([job], iter(batches)) for row in batch.to_pylist()]
+print(len(rows), "pandas" in sys.modules)
+"""
+
+
+def test_an_executor_writing_a_batchs_files_does_not_import_pandas(tmp_path: Path):
+    """pandas takes a worker about 0.3 s to import, on the critical path of every first batch."""
+    lines = b'{"type":"RECORD","stream":"users","record":{"id":1}}\n'
+    table = batch_table([[Chunk(gzip_member(lines, 6), len(lines), 1, 5, 6)]])
+    ipc = tmp_path / "batch.arrow"
+    with pa.ipc.new_file(ipc, table.schema) as writer:
+        writer.write_table(table)
+    result = subprocess.run(
+        [sys.executable, "-c", EXECUTOR_WRITE, str(tmp_path / "lake"), str(ipc)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["1", "False"]
+    assert len(list((tmp_path / "lake").rglob("*.singer.gz"))) == 1
