@@ -106,13 +106,8 @@ def test_a_batch_of_many_streams_is_written_by_one_spark_job(local_lake):
     assert tracker.getJobIdsForGroup(drain.job_group(4)) == []
 
 
-def test_a_warm_batch_costs_one_storage_request_per_stream(lake):
-    """Second batch on 300 streams whose writers are registered: one conditional write of each manifest,
-    against the version the writer wrote last (no read: nobody else wrote since), nothing else.
-    (A third, the last, follows: the last batch also releases each stream's lock once committed.)"""
-    streams = 300
-    lines, sent = many_streams(streams=streams, records_per_batch=2, batches=3)
-    target = cut_at_each_state(lake)
+def count_requests(target: TargetSingerlake) -> tuple[CountingStorage, list[int]]:
+    """Count the target's storage requests, and mark how many were made when each STATE went out."""
     counting = CountingStorage(target.lake.storage)
     target.lake.storage = counting
     marks: list[int] = []
@@ -123,6 +118,17 @@ def test_a_warm_batch_costs_one_storage_request_per_stream(lake):
         emit(state)
 
     target.lander.drain.emit_state = mark_and_emit
+    return counting, marks
+
+
+def test_a_warm_batch_costs_one_storage_request_per_stream(lake):
+    """Second batch on 300 streams whose writers are registered: one conditional write of each manifest,
+    against the version the writer wrote last (no read: nobody else wrote since), nothing else.
+    (A third, the last, follows: the last batch also releases each stream's lock once committed.)"""
+    streams = 300
+    lines, sent = many_streams(streams=streams, records_per_batch=2, batches=3)
+    target = cut_at_each_state(lake)
+    counting, marks = count_requests(target)
     states = listen(target, lines)
 
     assert len(states) == 3 and len(marks) == 3
@@ -154,16 +160,7 @@ def test_a_first_batch_on_new_streams_costs_four_storage_requests_per_stream(lak
     streams = 300
     lines, sent = many_streams(streams=streams, records_per_batch=2, batches=1)
     target = cut_at_each_state(lake, max_batch_age_seconds=300)  # one batch, cut by the end of input: the last
-    counting = CountingStorage(target.lake.storage)
-    target.lake.storage = counting
-    marks: list[int] = []
-    emit = target.lander.drain.emit_state
-
-    def mark_and_emit(state: bytes) -> None:
-        marks.append(len(counting.calls))
-        emit(state)
-
-    target.lander.drain.emit_state = mark_and_emit
+    counting, marks = count_requests(target)
     assert len(listen(target, lines)) == 1
 
     by_request = Counter((method, kind_of(key)) for method, key in counting.calls)

@@ -326,6 +326,12 @@ def project_on_executor(storage: Storage, item: dict) -> dict:
     added = [publish_part(part) for part in written]
     if item["csv"]:
         kept = [part if "csv" in part else write_csv_twin(storage, item["table"], part) for part in kept]
+    return run_result(kept, added, replaced, overwrite, types, schema)
+
+
+def run_result(kept: list[dict], added: list[dict], replaced: list[dict], overwrite: bool, types: dict, schema: str, **extra) -> dict:
+    """A stream's run, for ``commit_run``: its parts now, and what its Delta commit adds and removes
+    (every part when the column types changed and all were published again)."""
     return {
         "parts": kept + added,
         "adds": kept + added if overwrite else added,
@@ -333,6 +339,7 @@ def project_on_executor(storage: Storage, item: dict) -> dict:
         "overwrite": overwrite,
         "types": types,
         "schema": schema,
+        **extra,
     }
 
 
@@ -492,15 +499,7 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str]
         made = run_items(spark, twins, functools.partial(write_csv_twin, storage, plan.table))
         done |= dict(zip([part["staging"] for part in twins], made, strict=True))
     kept, added = [done.get(part["staging"], part) for part in kept], [done.get(part["staging"], part) for part in written]
-    return {
-        "parts": kept + added,
-        "adds": kept + added if overwrite else added,
-        "removes": [part["published"] for part in replaced],
-        "overwrite": overwrite,
-        "types": types,
-        "schema": schema,
-        **({"buckets": buckets} if keyed else {}),
-    }
+    return run_result(kept, added, replaced, overwrite, types, schema, **({"buckets": buckets} if keyed else {}))
 
 
 # -- the job ---------------------------------------------------------------------------------------
