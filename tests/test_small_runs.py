@@ -81,3 +81,4 @@ def test_an_executor_writing_a_batchs_files_does_not_import_pandas(tmp_path: Pat
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["1", "False"]
     assert len(list((tmp_path / "lake").rglob("*.singer.gz"))) == 1
+

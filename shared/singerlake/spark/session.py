@@ -53,6 +53,18 @@ LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 JVM_NOTICE = b"WARNING: Using incubator modules:"
 
 
+_PYSPARK_IMPORT = threading.Lock()
+
+
+def import_pyspark() -> None:
+    """Import pyspark whole, one thread at a time. pyspark and pyspark.sql import each other: two
+    threads importing them at once (the JVM's early launch, the session's start) can each be handed
+    the other's half-initialised module ("cannot import name 'SQLContext' from partially initialized
+    module 'pyspark.sql'") and the run fails to start."""
+    with _PYSPARK_IMPORT:
+        import pyspark.sql  # noqa: F401
+
+
 def spark_session(
     master: str | None = "local[*]",
     app_name: str = "singerlake",
@@ -64,6 +76,7 @@ def spark_session(
     On anything but a local master the core is shipped to the executors, which are then checked
     for the libraries it needs (one small job), so a missing one fails here, before any work.
     """
+    import_pyspark()
     from pyspark.sql import SparkSession
 
     master, remote = resolve_master(master, remote)
@@ -99,6 +112,7 @@ def _configure_connect(session, conf: dict[str, Any] | None) -> None:
 
 def driver_options(master: str, conf: dict[str, Any] | None = None) -> dict[str, str]:
     """The Spark settings of a session on ``master`` (not Connect), ``conf`` last; sets the environment they need."""
+    import_pyspark()
     java_home = ensure_java()
     options = {"spark.master": master, **SESSION_DEFAULTS}
     executor_python = (conf or {}).get("spark.pyspark.python")
