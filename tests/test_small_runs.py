@@ -54,31 +54,37 @@ import sys
 import pyarrow as pa
 from singerlake import Lake, open_storage
 from singerlake.format.datafile import gzip_member
+from singerlake.jobs.runner import _run_partition
 from singerlake.landing.spark_write import FileJob, write_partition
 
 lake = Lake(open_storage(sys.argv[1]))
 batches = pa.ipc.open_file(sys.argv[2]).read_all().to_batches()
 job = FileJob(lake.storage, lake.paths("tap-x", "users"), "1234567890123", gzip_member(b'{"type":"SCHEMA"}\\n', 6), 1 << 20, None)
 rows = [row for batch in write_partition([job], iter(batches)) for row in batch.to_pylist()]
-print(len(rows), "pandas" in sys.modules)
+items = pa.ipc.open_file(sys.argv[3]).read_all().to_batches()
+results = [row for batch in _run_partition(lambda item: item["n"] * 2, 2, iter(items)) for row in batch.to_pylist()]
+print(len(rows), results, "pandas" in sys.modules)
 """
 
 
-def test_an_executor_writing_a_batchs_files_does_not_import_pandas(tmp_path: Path):
-    """pandas takes a worker about 0.3 s to import, on the critical path of every first batch."""
+def test_executors_writing_a_batch_or_running_a_lake_job_do_not_import_pandas(tmp_path: Path):
+    """pandas takes a worker about 0.3 s to import, on the critical path of every first batch and job."""
     lines = b'{"type":"RECORD","stream":"users","record":{"id":1}}\n'
-    table = batch_table([[Chunk(gzip_member(lines, 6), len(lines), 1, 5, 6)]])
-    ipc = tmp_path / "batch.arrow"
-    with pa.ipc.new_file(ipc, table.schema) as writer:
-        writer.write_table(table)
+    batch = arrow_file(tmp_path / "batch.arrow", batch_table([[Chunk(gzip_member(lines, 6), len(lines), 1, 5, 6)]]))
+    items = arrow_file(tmp_path / "items.arrow", pa.table({"seq": [0, 1], "item": ['{"n": 1}', '{"n": 5}']}))
     result = subprocess.run(
-        [sys.executable, "-c", EXECUTOR_WRITE, str(tmp_path / "lake"), str(ipc)],
+        [sys.executable, "-c", EXECUTOR_WRITE, str(tmp_path / "lake"), str(batch), str(items)],
         capture_output=True,
         text=True,
         timeout=120,
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split() == ["1", "False"]
+    assert result.stdout.strip() == "1 [{'seq': 0, 'result': '2'}, {'seq': 1, 'result': '10'}] False"
     assert len(list((tmp_path / "lake").rglob("*.singer.gz"))) == 1
 
+
+def arrow_file(path: Path, table) -> Path:
+    with pa.ipc.new_file(path, table.schema) as writer:
+        writer.write_table(table)
+    return path

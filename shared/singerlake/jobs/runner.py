@@ -23,8 +23,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 from singerlake.errors import SingerlakeError, one_line
+from singerlake.spark.results import result_batch, result_schema
 
-RESULT_SCHEMA = "seq long, result string"
+RESULT_COLUMNS = {"seq": "long", "result": "string"}
 ITEMS_PER_TASK = 64
 THREADS_PER_TASK = 8
 DRIVER_THREADS = 8  # per-stream planning and commits on the driver: storage round trips, not CPU
@@ -54,7 +55,6 @@ class Progress:
 
 
 def _run_partition(work: Callable[[dict], Any], threads: int, batches: Iterator[Any]) -> Iterator[Any]:
-    import pyarrow as pa
 
     def run(item: str) -> str:
         return json.dumps(work(json.loads(item)))
@@ -63,7 +63,7 @@ def _run_partition(work: Callable[[dict], Any], threads: int, batches: Iterator[
     with ThreadPoolExecutor(threads) as pool:
         for batch in batches:
             results = list(pool.map(run, batch.column("item").to_pylist()))
-            yield pa.RecordBatch.from_pydict({"seq": batch.column("seq"), "result": pa.array(results, pa.string())})
+            yield result_batch(RESULT_COLUMNS, seq=batch.column("seq").to_pylist(), result=results)
 
 
 def run_items(
@@ -86,7 +86,7 @@ def run_items(
     table = pa.table({"seq": pa.array(range(len(items)), pa.int64()), "item": pa.array([json.dumps(i) for i in items], pa.string())})
     tasks = max(1, math.ceil(len(items) / items_per_task))
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(math.ceil(len(items) / tasks)))
-    frame = spark.createDataFrame(table).mapInArrow(lambda batches: _run_partition(work, threads, batches), RESULT_SCHEMA)
+    frame = spark.createDataFrame(table).mapInArrow(lambda batches: _run_partition(work, threads, batches), result_schema(**RESULT_COLUMNS))
     watcher = _Watcher(spark, progress, len(items), sizes or [0] * len(items), tasks) if progress and progress.enabled else None
     try:
         rows = frame.collect()

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from array import array
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,12 +26,13 @@ from typing import Any
 from singerlake.format.datafile import gzip_member, store
 from singerlake.format.layout import StreamPaths
 from singerlake.spark.executors import default_parallelism
+from singerlake.spark.results import result_batch, result_schema
 from singerlake.storage import Storage
 from singerlake.times import new_file_id
 
 CHUNK_BYTES = 1 << 20
 INLINE_GZIP_BYTES = 64 << 10  # smaller chunks (a short segment's tail) are gzipped at once: cheaper than a hand-off
-RESULT_SCHEMA = "segment long, first_chunk long, meta string"
+RESULT_COLUMNS = {"segment": "long", "first_chunk": "long", "meta": "string"}
 WRITE_THREADS = 8  # files an executor task stores at once (S3 puts wait on the network)
 WRITE_BACKLOG_BYTES = 64 << 20  # gzipped bytes a task holds while its files are being stored
 
@@ -202,25 +202,8 @@ def write_partition(jobs: list[FileJob], batches: Iterator[Any]) -> Iterator[Any
         if builder is not None:
             finish(builder)
         stored.extend(future.result() for future, _ in pending)
-    yield _result_batch(stored)
-
-
-def _result_batch(stored: list[tuple[int, int, str]]):
-    """The task's result rows, Arrow arrays built from their buffers: ``pa.array`` of Python values
-    would import pandas, about 0.3 s of every worker's first task."""
-    import pyarrow as pa
-
-    def int64s(values) -> pa.Array:
-        return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(array("q", values))])
-
-    texts = [meta.encode() for _, _, meta in stored]
-    offsets = array("i", [0])
-    for text in texts:
-        offsets.append(offsets[-1] + len(text))
-    metas = pa.Array.from_buffers(pa.string(), len(texts), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(texts))])
-    return pa.RecordBatch.from_arrays(
-        [int64s([row[0] for row in stored]), int64s([row[1] for row in stored]), metas], names=["segment", "first_chunk", "meta"]
-    )
+    segments, firsts, metas = zip(*stored, strict=True) if stored else ((), (), ())
+    yield result_batch(RESULT_COLUMNS, segment=list(segments), first_chunk=list(firsts), meta=list(metas))
 
 
 def write_with_spark(spark, jobs: list[FileJob], table) -> list[list[dict[str, Any]]]:
@@ -230,7 +213,7 @@ def write_with_spark(spark, jobs: list[FileJob], table) -> list[list[dict[str, A
     per_partition = max(1, math.ceil(table.num_rows / parallelism))
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(per_partition))
     frame = spark.createDataFrame(table)
-    rows = frame.mapInArrow(lambda batches: write_partition(jobs, batches), RESULT_SCHEMA).collect()
+    rows = frame.mapInArrow(lambda batches: write_partition(jobs, batches), result_schema(**RESULT_COLUMNS)).collect()
     files: list[list[dict[str, Any]]] = [[] for _ in jobs]
     for row in sorted(rows, key=lambda row: (row["segment"], row["first_chunk"])):
         files[row["segment"]].append(json.loads(row["meta"]))
@@ -241,11 +224,11 @@ def _warm_partition(batches: Iterator[Any]) -> Iterator[Any]:
 
     import singerlake.landing.spark_write  # noqa: F401  (the import is the point: workers start warm)
 
-    yield _result_batch([(0, sum(batch.num_rows for batch in batches), "")])
+    yield result_batch(RESULT_COLUMNS, segment=[0], first_chunk=[sum(batch.num_rows for batch in batches)], meta=[""])
 
 
 def warm_up(spark) -> None:
     """Start the Python workers and load their imports while the first batch is still being read."""
     table = batch_table([[Chunk(gzip_member(b"{}\n", 1), 3, 1, 0, 0)] * (2 * default_parallelism(spark))])
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2")
-    spark.createDataFrame(table).mapInArrow(_warm_partition, RESULT_SCHEMA).collect()
+    spark.createDataFrame(table).mapInArrow(_warm_partition, result_schema(**RESULT_COLUMNS)).collect()
