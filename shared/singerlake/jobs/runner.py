@@ -55,7 +55,6 @@ class Progress:
 
 
 def _run_partition(work: Callable[[dict], Any], threads: int, batches: Iterator[Any]) -> Iterator[Any]:
-
     def run(item: str) -> str:
         return json.dumps(work(json.loads(item)))
 

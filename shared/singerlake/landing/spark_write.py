@@ -172,7 +172,6 @@ def write_partition(jobs: list[FileJob], batches: Iterator[Any]) -> Iterator[Any
     A file never spans two segments. Finished files are stored on a few threads, so a task
     holding many small segments (one per stream) is not one storage round trip per file in a row.
     """
-
     stored: list[tuple[int, int, str]] = []
     with ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="singerlake-store") as pool:
         pending: deque[tuple[Future, int]] = deque()
@@ -221,7 +220,6 @@ def write_with_spark(spark, jobs: list[FileJob], table) -> list[list[dict[str, A
 
 
 def _warm_partition(batches: Iterator[Any]) -> Iterator[Any]:
-
     import singerlake.landing.spark_write  # noqa: F401  (the import is the point: workers start warm)
 
     yield result_batch(RESULT_COLUMNS, segment=[0], first_chunk=[sum(batch.num_rows for batch in batches)], meta=[""])
