@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from singerlake.commits.commit import compare_and_swap, update_manifest
-from singerlake.errors import SingerlakeError
+from singerlake.errors import ConfigError, SingerlakeError
 from singerlake.format import catalogue as cat
 from singerlake.format.layout import NAME_FILE, RAW, ROOT_METADATA, StreamPaths, catalogue_key, tap_dir
 from singerlake.format.manifest import Manifest
@@ -156,3 +156,56 @@ class Lake:
     def update_manifest(self, paths: StreamPaths, change, store: PartStore | None = None) -> Manifest:
         """Manifest CAS that first rebuilds from a scan when no manifest exists yet."""
         return update_manifest(self.storage, paths, change, seed=lambda: scan_stream(self.storage, paths), store=store)
+
+    # -- any file (SPEC.md §14) ------------------------------------------------------------------
+    def push(self, paths, *, what: str, where: str, work_id: str | None = None, start=None, end=None, progress=None):
+        """Push files or directories; times as ms since the epoch or text (ISO 8601, ``now``, epoch s/ms)."""
+        from singerlake.files.push import push
+
+        paths = [paths] if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") else list(paths)
+        return push(
+            self.storage, paths, what=what, where=where, work_id=work_id,
+            start=_when(start, "start"), end=_when(end, "end"), progress=progress,
+        )  # fmt: skip
+
+    def find_files(self, what, *, where: str = "", start=None, end=None, work_id: str | None = None) -> list[dict]:
+        """The records of the files of ``what`` (a name or several) overlapping ``start``..``end``, or with ``work_id``."""
+        from singerlake.files import index
+        from singerlake.files.record import check_labels
+
+        whats = [what] if isinstance(what, str) else list(what)
+        for name in whats:
+            check_labels(name, work_id=work_id)
+        if work_id is not None:
+            return [r for name in whats for r in index.by_work_id(self.storage, name, work_id, where)]
+        if start is None:
+            raise ConfigError("a files query needs a time range (start, end) or a work_id")
+        first, last = _when(start, "start"), _when("now" if end is None else end, "end")
+        if last < first:
+            raise ConfigError(f"end ({last}) is before start ({first})")
+        return [r for name in whats for r in index.by_time(self.storage, name, first, last, where)]
+
+    def latest_file(self, what: str, where: str = "") -> dict | None:
+        from singerlake.files import index
+
+        return index.latest(self.storage, what, where)
+
+    def file_record(self, file_id: str) -> dict:
+        from singerlake.files.fetch import record_of
+
+        return record_of(self.storage, file_id)
+
+    def fetch(self, file_ids, out: str | None = None, template: str | None = None) -> list[tuple[dict, str]]:
+        """Write files by id to ``out`` (a path, a directory, or ``-`` for stdout), hashes checked."""
+        from singerlake.files.fetch import DEFAULT_NAME, fetch
+
+        ids = [file_ids] if isinstance(file_ids, str) else list(file_ids)
+        return fetch(self.storage, [self.file_record(fid) for fid in ids], out, template or DEFAULT_NAME)
+
+
+def _when(value, what: str) -> int | None:
+    from singerlake.times import parse_when
+
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    return parse_when(str(value), f"--{what}")

@@ -91,3 +91,39 @@ def record_time_ms(
     if found is None:
         found = parse(sdc_extracted_at())
     return received_ms if found is None else found
+
+
+def day_of(ms: int) -> str:
+    """The UTC day of a time, ``yyyy-mm-dd``: a time bucket of the files index (SPEC.md §14)."""
+    return (EPOCH + timedelta(milliseconds=ms)).strftime("%Y-%m-%d")
+
+
+def days_between(start_ms: int, end_ms: int) -> list[str]:
+    """Every UTC day from ``start_ms``'s through ``end_ms``'s."""
+    first = (EPOCH + timedelta(milliseconds=start_ms)).date()
+    last = (EPOCH + timedelta(milliseconds=end_ms)).date()
+    return [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
+
+
+MS_THRESHOLD = 100_000_000_000  # a number above this is ms since the epoch (datalake's rule), else seconds
+
+
+def parse_when(text: str, what: str) -> int:
+    """A time a user typed: ISO 8601 (a date alone is its midnight UTC), ``now``, or a number of seconds
+    or (above 1e11) milliseconds since the epoch. ``what`` names the argument in the error."""
+    from singerlake.errors import ConfigError
+
+    text = str(text).strip()
+    if text.lower() == "now":
+        return now_ms()
+    try:
+        number = float(text)
+    except ValueError:
+        parsed = parse_time_ms(text)
+        if parsed is None:
+            expected = "expected ISO 8601 (2024-03-03T12:00:00Z), 'now', or seconds or ms since the epoch"
+            raise ConfigError(f"{what} {text!r}: {expected}") from None
+        return parsed
+    if number != number or number < 0:  # NaN, or before the epoch
+        raise ConfigError(f"{what} {text!r}: must be a time at or after 1970-01-01")
+    return int(number) if number > MS_THRESHOLD else int(number * 1000)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import sys
 
@@ -224,6 +225,64 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return finish(args, {"pages": len(site.pages), "streams": site.streams, "written_to": places}, text, site.problems)
 
 
+def open_files_lake(args: argparse.Namespace) -> Lake:
+    """A lake to query or fetch files from: it must exist and hold files or landed data."""
+    options = {"region": args.s3_region, "profile": args.s3_profile, "endpoint_url": args.s3_endpoint_url}
+    lake = Lake.open(args.root, **options)
+    lake.check_exists()
+    if not {"files", "raw"} & set(lake.storage.list_dirs("")):
+        raise ConfigError(f"lake root {args.root} holds no lake: it has neither files/ nor raw/")
+    return lake
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    options = {"region": args.s3_region, "profile": args.s3_profile, "endpoint_url": args.s3_endpoint_url}
+    lake = Lake.open(args.root, **options)
+    show = None if args.json else lambda done, total: print(f"singerlake push: {done:,}/{total:,} files", file=sys.stderr)
+    result = lake.push(args.paths, what=args.what, where=args.where, work_id=args.work_id, start=args.start, end=args.end, progress=show)
+    lines = [f"pushed {r['id']} {r['path']} ({r['size']:,} bytes)" for r in result.pushed]
+    lines += [f"already in the lake as {r['id']}: {r['path']}" for r in result.duplicates]
+    lines.append(f"{len(result.pushed)} file(s) pushed, {len(result.duplicates)} already in the lake")
+    emit(args, result.to_dict(), "\n".join(lines))
+    return 0
+
+
+FILE_COLUMNS = ["id", "what", "where", "start_iso", "end_iso", "work_id", "size", "name"]
+
+
+def cmd_files(args: argparse.Namespace) -> int:
+    lake = open_files_lake(args)
+    whats = [w for w in args.what.split(",") if w]
+    if args.latest:
+        if args.start or args.end or args.work_id:
+            raise ConfigError("--latest takes no --start, --end or --work-id")
+        records = [r for what in whats if (r := lake.latest_file(what, args.where)) is not None]
+    elif args.work_id is not None:
+        if args.start or args.end:
+            raise ConfigError("give either --work-id or --start/--end, not both")
+        records = lake.find_files(whats, where=args.where, work_id=args.work_id)
+    elif args.start is not None:
+        records = lake.find_files(whats, where=args.where, start=args.start, end=args.end)
+    else:
+        raise ConfigError("say which files: --start T [--end T], --work-id ID or --latest")
+    if args.fetch:
+        lake.fetch([r["id"] for r in records], args.fetch + "/", args.name)
+    if args.json:
+        print(json.dumps(records, indent=1, ensure_ascii=False))
+    else:
+        print(as_table(FILE_COLUMNS, [tuple(r[c] for c in FILE_COLUMNS) for r in records]))
+    return 0
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    lake = open_files_lake(args)
+    written = lake.fetch(args.ids, args.out, args.name)
+    if args.out != "-":
+        text = "\n".join(f"{r['id']} -> {place}" for r, place in written)
+        emit(args, [{"id": r["id"], "written_to": place} for r, place in written], text)
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     main_parser = argparse.ArgumentParser(prog="singerlake", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     main_parser.add_argument("--version", action="version", version=f"singerlake {singerlake.__version__}")
@@ -279,7 +338,36 @@ def parser() -> argparse.ArgumentParser:
     docs.add_argument("--publish", action="store_true", help="write the site under the lake root, in docs/")
     docs.add_argument("--verify", action="store_true", help="add each stream's `singerlake verify` findings (hashes on Spark)")
     docs.add_argument("--no-hashes", action="store_true", help="with --verify: compare metadata with listings only, without Spark")
+    add_files_commands(command)
     return main_parser
+
+
+def add_files_commands(command) -> None:
+    """push, files and fetch: any file, by what, where, time and work id (SPEC.md §14)."""
+    push = command("push", cmd_push, "push files (or every file below a directory) with their metadata record")
+    push.add_argument("paths", nargs="+", metavar="PATH", help="files or directories to push")
+    push.add_argument("--what", required=True, help="the kind of file, ^[a-z0-9_-]+$ (e.g. nginx-access)")
+    push.add_argument("--where", required=True, help="where it came from, ^[a-z0-9_-]+$ (e.g. web02-prod)")
+    push.add_argument("--work-id", help="an id to find the files by later, ^[a-z0-9_-]+$ (default none)")
+    push.add_argument("--start", help=f"time of the first event: {TIME_HELP} (default the file's mtime)")
+    push.add_argument("--end", help=f"time of the last event (default none: the file is an instant): {TIME_HELP}")
+    files = command("files", cmd_files, "the files of a what by time range, work id or latest; --json prints whole records")
+    files.add_argument("--what", required=True, help="a what, or several separated by commas")
+    files.add_argument("--where", default="", help="only wheres starting with this")
+    files.add_argument("--start", help=f"files whose span overlaps --start..--end: {TIME_HELP}")
+    files.add_argument("--end", help="end of the range (default now)")
+    files.add_argument("--work-id", help="the files pushed with this work id")
+    files.add_argument("--latest", action="store_true", help="the file whose data is newest, per what")
+    files.add_argument("--fetch", metavar="DIR", help="also fetch every file found into DIR (see --name)")
+    files.add_argument("--name", default=None, help=NAME_HELP)
+    fetch = command("fetch", cmd_fetch, "write files back by id, hashes checked")
+    fetch.add_argument("ids", nargs="+", metavar="ID", help="file ids, as `singerlake files` lists them")
+    fetch.add_argument("--out", default=None, help="a file (one id), a directory, or - for stdout (default: this directory)")
+    fetch.add_argument("--name", default=None, help=NAME_HELP)
+
+
+TIME_HELP = "ISO 8601, now, or seconds or ms since the epoch"
+NAME_HELP = "file names in a directory, from record fields, e.g. {where}/{what}-{start_iso} (default {id}-{name})"
 
 
 def add_spark_options(cmd: argparse.ArgumentParser) -> None:

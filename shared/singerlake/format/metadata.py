@@ -11,6 +11,7 @@ from singerlake.format.schema_hash import is_schema_hash
 
 METADATA_VERSION = 0
 _LABEL = re.compile(r"^[a-z0-9_-]+$")
+LABEL_MAX = 64  # what, where and work_id become key segments (SPEC.md §14): kept short
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -81,6 +82,15 @@ def make_record(
     }
     validate_record(record)
     return record
+
+
+def label_problem(field: str, value: Any) -> str | None:
+    """Why ``value`` cannot be a what, where or work_id (None when it can); the one rule for labels."""
+    if field == "work_id" and value == "null":
+        return 'must be null, not the string "null"'
+    if not isinstance(value, str) or not _LABEL.match(value) or len(value) > LABEL_MAX:
+        return f"must match ^[a-z0-9_-]+$ (at most {LABEL_MAX} characters), got {value!r}"
+    return None
 
 
 def _is_int(value: Any) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -73,6 +73,13 @@ class Storage(ABC):
         objects that only coordinate live processes, such as locks (a lost lock is stale anyway).
         ``content_type``: the media type a web server should give it (S3 keeps it; local files ignore it).
         """
+
+    def write_stream(self, key: str, chunks: Iterable[bytes], *, if_none_match: bool = False, content_type: str | None = None) -> None:
+        """Write an object too large to hold in memory, from ``chunks``, atomically: nothing is
+        visible under ``key`` unless every chunk arrived, so a chunk iterator that raises (a source
+        file that changed) stores nothing. ``if_none_match`` as for ``write``. Backends stream; this
+        fallback (for wrappers) joins the chunks."""
+        self.write(key, b"".join(chunks), if_none_match=if_none_match, content_type=content_type)
 
     @abstractmethod
     def delete(self, key: str, *, if_match: str | None = None) -> None:

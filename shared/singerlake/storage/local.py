@@ -6,7 +6,7 @@ import fcntl
 import hashlib
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
@@ -93,6 +93,32 @@ class LocalStorage(Storage):
         finally:
             tmp.unlink(missing_ok=True)
         return _etag(data)
+
+    def write_stream(self, key: str, chunks: Iterable[bytes], *, if_none_match: bool = False, content_type: str | None = None) -> None:
+        path = self._path(key)
+        tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{uuid.uuid4().hex}")
+        try:
+            try:
+                handle = open(tmp, "wb")
+            except FileNotFoundError:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                handle = open(tmp, "wb")
+            with handle:
+                for chunk in chunks:
+                    handle.write(chunk)
+                handle.flush()
+                os.fsync(handle.fileno())
+            if if_none_match:
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    raise PreconditionFailed(f"{self.url_of(key)} already exists") from None
+            else:
+                os.replace(tmp, path)
+        except OSError as exc:
+            raise StorageError(f"cannot write {self.url_of(key)}: {exc}") from exc
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def _current_etag(self, path: Path) -> str | None:
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
 from singerlake.storage.base import Blob, NotFound, ObjectInfo, PreconditionFailed, Storage, StorageError, check_key
@@ -149,6 +149,50 @@ class S3Storage(Storage):
                 error = PreconditionFailed(f"{self.url_of(key)} no longer exists (expected etag {if_match})")
             raise error from exc
 
+    def write_stream(self, key: str, chunks: Iterable[bytes], *, if_none_match: bool = False, content_type: str | None = None) -> None:
+        """One PutObject up to PART_BYTES, else a multipart upload of PART_BYTES parts, completed only
+        once every chunk arrived (aborted otherwise): memory holds one part, never the object."""
+        buffer = bytearray()
+        upload_id = None
+        parts: list[dict] = []
+        full_key = self._key(key)
+        extra: dict[str, Any] = {"ContentType": content_type} if content_type else {}
+        try:
+            for chunk in chunks:
+                buffer += chunk
+                while len(buffer) >= PART_BYTES:
+                    if upload_id is None:
+                        upload_id = self.client.create_multipart_upload(Bucket=self.bucket, Key=full_key, **extra)["UploadId"]
+                    self._upload_part(full_key, upload_id, parts, bytes(buffer[:PART_BYTES]))
+                    del buffer[:PART_BYTES]
+            if upload_id is None:
+                self.write(key, bytes(buffer), if_none_match=if_none_match, content_type=content_type)
+                return
+            if buffer or not parts:
+                self._upload_part(full_key, upload_id, parts, bytes(buffer))
+            condition = {"IfNoneMatch": "*"} if if_none_match else {}
+            self.client.complete_multipart_upload(
+                Bucket=self.bucket, Key=full_key, UploadId=upload_id, MultipartUpload={"Parts": parts}, **condition
+            )
+            upload_id = None
+        except StorageError:
+            raise
+        except Exception as exc:
+            if not _is_client_error(exc):
+                raise  # the source's own error (a file that changed): reported as it is
+            raise self._error(exc, key, "write") from exc
+        finally:
+            if upload_id is not None:  # the source failed or the upload did: no part is left to bill
+                try:
+                    self.client.abort_multipart_upload(Bucket=self.bucket, Key=full_key, UploadId=upload_id)
+                except Exception:
+                    pass
+
+    def _upload_part(self, full_key: str, upload_id: str, parts: list[dict], body: bytes) -> None:
+        number = len(parts) + 1
+        etag = self.client.upload_part(Bucket=self.bucket, Key=full_key, UploadId=upload_id, PartNumber=number, Body=body)["ETag"]
+        parts.append({"ETag": etag, "PartNumber": number})
+
     def delete(self, key: str, *, if_match: str | None = None) -> None:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(key)}
         if if_match is not None:
@@ -224,6 +268,13 @@ class S3Storage(Storage):
 
 
 EXPECT_MIN_BYTES = 1 << 20
+PART_BYTES = 16 << 20  # multipart part size of streamed writes: 640 parts hold 10 GB, well under S3's 10,000
+
+
+def _is_client_error(exc: Exception) -> bool:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    return isinstance(exc, (ClientError, BotoCoreError))
 
 
 def _no_expect_for_small_bodies(params, **kwargs) -> None:

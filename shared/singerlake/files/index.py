@@ -1,0 +1,136 @@
+"""The files index (SPEC.md §14): per what, segments of records committed create-only, found through
+empty pointers by day and by work id, so a query reads what it asks for, never a listing of all files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+from singerlake.files import layout
+from singerlake.files.record import last_time, overlaps
+from singerlake.format.metadata import InvalidMetadata, check_spec_version
+from singerlake.storage import NotFound, Storage
+from singerlake.times import days_between, parse_time_ms
+
+
+def pointer_dirs(what: str, records: Iterable[dict]) -> set[str]:
+    """The directories a segment of ``records`` needs a pointer in."""
+    dirs: set[str] = set()
+    for record in records:
+        days = days_between(record["start"], last_time(record))
+        if len(days) > layout.LONG_SPAN_DAYS:
+            dirs.add(layout.long_dir(what))
+        else:
+            dirs.update(layout.day_dir(what, day) for day in days)
+        if record["work_id"] is not None:
+            dirs.add(layout.work_dir(what, record["work_id"]))
+    return dirs
+
+
+def commit(storage: Storage, what: str, txn: str, records: list[dict]) -> None:
+    """Pointers first, the segment last: the segment's create-only write makes every record visible at once."""
+    dirs = sorted(pointer_dirs(what, records))
+    with ThreadPoolExecutor(storage.parallel_requests) as pool:
+        list(pool.map(lambda directory: storage.write(directory + txn, b"", if_none_match=True), dirs))
+    doc = {"format": layout.SEGMENT_FORMAT, "spec_version": layout.FILES_SPEC_VERSION, "what": what, "txn": txn, "records": records}
+    body = gzip.compress(json.dumps(doc, separators=(",", ":")).encode(), compresslevel=6, mtime=0)
+    storage.write(layout.segment_key(what, txn), body, if_none_match=True)
+
+
+def read_segment(storage: Storage, what: str, txn: str) -> list[dict] | None:
+    """The records of a committed push; None for a push that never committed (its pointers are leftovers)."""
+    key = layout.segment_key(what, txn)
+    try:
+        data = storage.read(key).data
+    except NotFound:
+        return None
+    source = storage.url_of(key)
+    try:
+        doc = json.loads(gzip.decompress(data))
+    except (OSError, ValueError) as exc:
+        raise InvalidMetadata(f"{source}: not a gzip of JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != layout.SEGMENT_FORMAT:
+        raise InvalidMetadata(f"{source}: field 'format' must be {layout.SEGMENT_FORMAT!r}")
+    check_spec_version(doc, source, layout.FILES_SPEC_VERSION)
+    return doc["records"]
+
+
+def segment_exists(storage: Storage, what: str, txn: str) -> bool:
+    return storage.exists(layout.segment_key(what, txn))
+
+
+def _txns(storage: Storage, directory: str) -> list[str]:
+    return [info.key.rsplit("/", 1)[1] for info in storage.list(directory)]
+
+
+def _records_of(storage: Storage, what: str, txns: Iterable[str]) -> Iterator[dict]:
+    """The records of the committed pushes among ``txns``, one per id (the earliest push's)."""
+    ordered = sorted(set(txns))
+    with ThreadPoolExecutor(storage.parallel_requests) as pool:
+        segments = list(pool.map(lambda txn: read_segment(storage, what, txn), ordered))
+    seen: set[str] = set()
+    for records in segments:
+        for record in records or ():
+            if record["id"] not in seen:
+                seen.add(record["id"])
+                yield record
+
+
+def _listings(storage: Storage, directories: list[str]) -> list[str]:
+    with ThreadPoolExecutor(min(storage.parallel_requests, max(1, len(directories)))) as pool:
+        return [txn for txns in pool.map(lambda d: _txns(storage, d), directories) for txn in txns]
+
+
+def by_time(storage: Storage, what: str, start: int, end: int, where: str = "") -> list[dict]:
+    """Files of ``what`` whose span overlaps ``[start, end]`` (ms), of the wheres starting with ``where``."""
+    directories = [layout.day_dir(what, day) for day in days_between(start, end)] + [layout.long_dir(what)]
+    found = _records_of(storage, what, _listings(storage, directories))
+    return _sorted(r for r in found if r["where"].startswith(where) and overlaps(r, start, end))
+
+
+def by_work_id(storage: Storage, what: str, work_id: str, where: str = "") -> list[dict]:
+    found = _records_of(storage, what, _txns(storage, layout.work_dir(what, work_id)))
+    return _sorted(r for r in found if r["where"].startswith(where) and r["work_id"] == work_id)
+
+
+def latest(storage: Storage, what: str, where: str = "") -> dict | None:
+    """The file whose data is newest: walk the days back from the newest until one holds a file of ``where``."""
+    longest = [r for r in _records_of(storage, what, _txns(storage, layout.long_dir(what))) if r["where"].startswith(where)]
+    best = max(longest, key=_newness, default=None)
+    for day in reversed(storage.list_dirs(f"{layout.index_dir(what)}/day/")):
+        if best is not None and last_time(best) >= _day_end(day):
+            break  # nothing in this day or before can be newer
+        found = [r for r in _records_of(storage, what, _txns(storage, layout.day_dir(what, day))) if r["where"].startswith(where)]
+        if found:
+            return max([*found, *([best] if best else [])], key=_newness)
+    return best
+
+
+def _day_end(day: str) -> int:
+    return (parse_time_ms(day + "T00:00:00Z") or 0) + 86_400_000 - 1
+
+
+def _newness(record: dict) -> tuple:
+    return (last_time(record), record["created"], record["id"])
+
+
+def _sorted(records: Iterable[dict]) -> list[dict]:
+    return sorted(records, key=lambda r: (r["start"], r["where"], r["id"]))
+
+
+def whats(storage: Storage) -> list[str]:
+    return storage.list_dirs(f"{layout.FILES}/index/")
+
+
+def committed_record(storage: Storage, file_id: str) -> dict | None:
+    """The record of a pushed file, only once its push committed (SPEC.md §14); None otherwise."""
+    key = layout.record_key(file_id)
+    try:
+        record = json.loads(storage.read(key).data)
+    except NotFound:
+        return None
+    except ValueError as exc:
+        raise InvalidMetadata(f"{storage.url_of(key)}: not JSON: {exc}") from None
+    return record if segment_exists(storage, record["what"], record["txn"]) else None

@@ -1,0 +1,198 @@
+"""Push files into the lake (SPEC.md §14): bytes and record first, the index segment last.
+
+Small files are read once into memory; a large file is read twice, a first time for its hash (its
+id, hence its key) and a second time streamed to storage and hashed again, so a file that changed
+in between stores nothing. Many files go through a thread pool and commit in chunks, each chunk
+one segment: a file is visible whole or not at all.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from singerlake.errors import ConfigError, SingerlakeError
+from singerlake.files import index, layout
+from singerlake.files.record import check_labels, check_span, content_type, file_id, make_record
+from singerlake.format.metadata import new_digest
+from singerlake.storage import PreconditionFailed, Storage
+from singerlake.times import new_file_id
+
+SMALL_BYTES = 4 << 20  # read whole: one request per file, bounded memory per thread
+CHUNK_BYTES = 1 << 20
+COMMIT_FILES = 10_000  # records per segment: a day's query reads segments of bounded size
+
+
+class FileChanged(SingerlakeError):
+    """A file changed while it was pushed; nothing of it was stored."""
+
+
+@dataclass(frozen=True)
+class Source:
+    path: Path
+    size: int
+    mtime_ns: int
+    start: int
+    end: int | None
+
+
+@dataclass
+class PushResult:
+    pushed: list[dict] = field(default_factory=list)  # records newly committed
+    duplicates: list[dict] = field(default_factory=list)  # already in the lake: the records found there
+
+    def to_dict(self) -> dict:
+        return {"pushed": self.pushed, "duplicates": self.duplicates}
+
+
+def gather(paths: list[str | os.PathLike], start: int | None, end: int | None) -> list[Source]:
+    """Every file named or below a named directory, checked readable and timed, before anything is written."""
+    sources: list[Source] = []
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            found = sorted(Path(d, name) for d, _, names in os.walk(path) for name in names)
+        elif path.exists():
+            found = [path]
+        else:
+            raise ConfigError(f"{given}: no such file or directory")
+        for file in found:
+            sources.append(_source(file, start, end))
+    if not sources:
+        raise ConfigError(f"nothing to push: {', '.join(map(str, paths))} holds no file")
+    return sources
+
+
+def _source(path: Path, start: int | None, end: int | None) -> Source:
+    try:
+        with open(path, "rb"):
+            pass
+        stat = path.stat()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    first = stat.st_mtime_ns // 1_000_000 if start is None else start
+    check_span(first, end, str(path))
+    return Source(path.absolute(), stat.st_size, stat.st_mtime_ns, first, end)
+
+
+def push(
+    storage: Storage,
+    paths: list[str | os.PathLike],
+    *,
+    what: str,
+    where: str,
+    work_id: str | None = None,
+    start: int | None = None,
+    end: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> PushResult:
+    """Push files (times in ms since the epoch; ``start`` defaults to each file's mtime)."""
+    check_labels(what, where, work_id)
+    sources = sorted(gather(paths, start, end), key=lambda s: (s.start, str(s.path)))
+    storage.check_writable()
+    result = PushResult()
+    done = 0
+    with ThreadPoolExecutor(storage.parallel_requests) as pool:
+        for first in range(0, len(sources), COMMIT_FILES):
+            chunk = sources[first : first + COMMIT_FILES]
+            txn = new_file_id()
+            stored = list(pool.map(functools.partial(_store_in, storage, what, where, work_id, txn), chunk))
+            fresh: dict[str, dict] = {}
+            for record, duplicate in stored:
+                if duplicate or record["id"] in fresh:
+                    result.duplicates.append(record)
+                else:
+                    fresh[record["id"]] = record
+            if fresh:
+                index.commit(storage, what, txn, list(fresh.values()))
+                result.pushed.extend(fresh.values())
+            done += len(chunk)
+            if progress:
+                progress(done, len(sources))
+    return result
+
+
+def _store_in(storage: Storage, what: str, where: str, work_id: str | None, txn: str, source: Source) -> tuple[dict, bool]:
+    return store(storage, source, what, where, work_id, txn)
+
+
+def store(storage: Storage, source: Source, what: str, where: str, work_id: str | None, txn: str) -> tuple[dict, bool]:
+    """Store one file's bytes and record; (the committed record, True) when the lake already holds it."""
+    if source.size <= SMALL_BYTES:
+        data = _read_whole(source)
+        digest = new_digest()
+        digest.update(data)
+        content_hash = digest.hexdigest()
+        key = layout.data_key(what, where, file_id(what, where, content_hash))
+        try:
+            storage.write(key, data, if_none_match=True, content_type=content_type(source.path.name))
+            existed = False
+        except PreconditionFailed:
+            existed = True
+    else:
+        content_hash = _hash_of(source)
+        key = layout.data_key(what, where, file_id(what, where, content_hash))
+        existed = storage.exists(key)
+        if not existed:
+            try:
+                chunks = _verified_chunks(source, content_hash)
+                storage.write_stream(key, chunks, if_none_match=True, content_type=content_type(source.path.name))
+            except PreconditionFailed:
+                existed = True  # another push stored the same bytes meanwhile
+    fid = file_id(what, where, content_hash)
+    if existed:
+        found = index.committed_record(storage, fid)
+        if found is not None:
+            return found, True
+    record = make_record(
+        what=what, where=where, work_id=work_id, start=source.start, end=source.end, path=str(source.path),
+        name=source.path.name, content_hash=content_hash, size=source.size, txn=txn,
+    )  # fmt: skip
+    storage.write(layout.record_key(fid), json.dumps(record, separators=(",", ":")).encode(), content_type="application/json")
+    return record, False
+
+
+def _changed(source: Source, why: str) -> FileChanged:
+    return FileChanged(f"{source.path}: changed while it was pushed ({why}); nothing of it was stored, push it again")
+
+
+def _read_whole(source: Source) -> bytes:
+    with open(source.path, "rb") as handle:
+        data = handle.read()
+        stat = os.fstat(handle.fileno())
+    if len(data) != source.size or stat.st_size != source.size or stat.st_mtime_ns != source.mtime_ns:
+        raise _changed(source, "size or mtime")
+    return data
+
+
+def _hash_of(source: Source) -> str:
+    digest = new_digest()
+    for chunk in _chunks(source):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _chunks(source: Source) -> Iterator[bytes]:
+    size = 0
+    with open(source.path, "rb") as handle:
+        while chunk := handle.read(CHUNK_BYTES):
+            size += len(chunk)
+            yield chunk
+        stat = os.fstat(handle.fileno())
+    if size != source.size or stat.st_size != source.size or stat.st_mtime_ns != source.mtime_ns:
+        raise _changed(source, "size or mtime")
+
+
+def _verified_chunks(source: Source, expected_hash: str) -> Iterator[bytes]:
+    """The file again, raising before the last chunk is accepted if its bytes are not the ones hashed."""
+    digest = new_digest()
+    for chunk in _chunks(source):
+        digest.update(chunk)
+        yield chunk
+    if digest.hexdigest() != expected_hash:
+        raise _changed(source, "content")

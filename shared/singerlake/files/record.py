@@ -1,0 +1,71 @@
+"""The metadata record of a pushed file (SPEC.md §14): the datalake's fields, plus size, name, type."""
+
+from __future__ import annotations
+
+import hashlib
+import mimetypes
+from typing import Any
+
+from singerlake.errors import ConfigError
+from singerlake.files.layout import data_key
+from singerlake.format.metadata import METADATA_VERSION, label_problem
+from singerlake.times import iso_ms, now_ms
+
+
+def check_labels(what: str, where: str | None = None, work_id: str | None = None) -> None:
+    """Refuse a label that breaks datalake's rule, naming the setting (None: not given)."""
+    for field, value in (("what", what), ("where", where), ("work_id", work_id)):
+        if value is None and field != "what":
+            continue
+        problem = label_problem(field, value)
+        if problem:
+            raise ConfigError(f"--{field.replace('_', '-')}: {problem}")
+
+
+def check_span(start: int, end: int | None, source: str) -> None:
+    if end is not None and end < start:
+        raise ConfigError(f"{source}: end ({iso_ms(end)}) is before start ({iso_ms(start)})")
+
+
+def file_id(what: str, where: str, content_hash: str) -> str:
+    """Same bytes under the same what and where, same id: a second push is found, not stored again."""
+    return hashlib.blake2b(f"{what}\0{where}\0{content_hash}".encode(), digest_size=16).hexdigest()
+
+
+def content_type(name: str) -> str:
+    guessed, _ = mimetypes.guess_type(name, strict=False)
+    return guessed or "application/octet-stream"
+
+
+def make_record(
+    *, what: str, where: str, work_id: str | None, start: int, end: int | None, path: str, name: str, content_hash: str, size: int, txn: str
+) -> dict[str, Any]:
+    fid = file_id(what, where, content_hash)
+    return {
+        "version": METADATA_VERSION,
+        "id": fid,
+        "hash": content_hash,
+        "start": start,
+        "end": end,
+        "start_iso": iso_ms(start),
+        "end_iso": None if end is None else iso_ms(end),
+        "path": path,
+        "where": where,
+        "what": what,
+        "work_id": work_id,
+        "size": size,
+        "name": name,
+        "content_type": content_type(name),
+        "key": data_key(what, where, fid),
+        "txn": txn,
+        "created": iso_ms(now_ms()),
+    }
+
+
+def last_time(record: dict) -> int:
+    """The time a file's data reaches: ``end``, or ``start`` for an instant."""
+    return record["start"] if record["end"] is None else record["end"]
+
+
+def overlaps(record: dict, start: int, end: int) -> bool:
+    return record["start"] <= end and last_time(record) >= start
