@@ -9,7 +9,7 @@ from singerlake.errors import ConfigError, SingerlakeError
 from singerlake.format import catalogue as cat
 from singerlake.format.layout import NAME_FILE, RAW, ROOT_METADATA, StreamPaths, catalogue_key, tap_dir
 from singerlake.format.manifest import Manifest
-from singerlake.format.names import decode_segment, is_truncated
+from singerlake.format.names import decode_segment, is_truncated, normalise_label
 from singerlake.format.parts import PartStore
 from singerlake.format.scan import scan_stream
 from singerlake.storage import NotFound, PreconditionFailed, Storage, open_storage
@@ -177,30 +177,62 @@ class Lake:
         for name in whats:
             check_labels(name, work_id=work_id)
         if work_id is not None:
-            return [r for name in whats for r in index.by_work_id(self.storage, name, work_id, where)]
+            pushed = [r for name in whats for r in index.by_work_id(self.storage, name, work_id, where)]
+            return pushed + self.singer_files(whats, where, work_id=work_id)
         if start is None:
             raise ConfigError("a files query needs a time range (start, end) or a work_id")
         first, last = _when(start, "start"), _when("now" if end is None else end, "end")
         if last < first:
             raise ConfigError(f"end ({last}) is before start ({first})")
-        return [r for name in whats for r in index.by_time(self.storage, name, first, last, where)]
+        pushed = [r for name in whats for r in index.by_time(self.storage, name, first, last, where)]
+        return pushed + self.singer_files(whats, where, first, last)
+
+    def singer_files(self, whats: list[str], where: str = "", start: int = 0, end: int | None = None, work_id=None) -> list[dict]:
+        """Landed Singer data files as files records (SPEC.md §14): what = the stream, where = the tap,
+        both normalised; a time query reads only the manifest parts whose summaries overlap it."""
+        from singerlake.files.record import singer_record
+
+        if RAW not in self.storage.list_dirs(""):
+            return []
+        found = []
+        for tap_id in self.taps():
+            if not normalise_label(tap_id).startswith(where):
+                continue
+            for stream in self.streams(tap_id):
+                if normalise_label(stream) not in whats:
+                    continue
+                manifest = self.manifest(tap_id, stream)
+                if work_id is None:
+                    entries = manifest.files_overlapping(start, MAX_MS if end is None else end)
+                else:
+                    entries = [e for e in manifest.files if e["work_id"] == work_id]
+                found += [singer_record(entry, tap_id, stream) for entry in entries]
+        return sorted(found, key=lambda r: (r["start"], r["where"], r["id"]))
 
     def latest_file(self, what: str, where: str = "") -> dict | None:
+        """The file of ``what`` (pushed, or a stream's data file) whose data is newest."""
         from singerlake.files import index
+        from singerlake.files.record import newness
 
-        return index.latest(self.storage, what, where)
+        candidates = [index.latest(self.storage, what, where), *self.singer_files([what], where)]
+        return max((c for c in candidates if c is not None), key=newness, default=None)
 
     def file_record(self, file_id: str) -> dict:
         from singerlake.files.fetch import record_of
 
         return record_of(self.storage, file_id)
 
-    def fetch(self, file_ids, out: str | None = None, template: str | None = None) -> list[tuple[dict, str]]:
-        """Write files by id to ``out`` (a path, a directory, or ``-`` for stdout), hashes checked."""
+    def fetch(self, files, out: str | None = None, template: str | None = None) -> list[tuple[dict, str]]:
+        """Write files (ids, or records as ``find_files`` gives them) to ``out`` (a path, a directory, or
+        ``-`` for stdout), hashes checked."""
         from singerlake.files.fetch import DEFAULT_NAME, fetch
 
-        ids = [file_ids] if isinstance(file_ids, str) else list(file_ids)
-        return fetch(self.storage, [self.file_record(fid) for fid in ids], out, template or DEFAULT_NAME)
+        files = [files] if isinstance(files, (str, dict)) else list(files)
+        records = [f if isinstance(f, dict) else self.file_record(f) for f in files]
+        return fetch(self.storage, records, out, template or DEFAULT_NAME)
+
+
+MAX_MS = (1 << 63) - 1
 
 
 def _when(value, what: str) -> int | None:

@@ -25,6 +25,8 @@ from singerlake import Lake
 from singerlake.errors import INTERRUPTED_EXIT, ConfigError, Interrupted
 from singerlake.format.catalogue import ANNOTATIONS
 from singerlake.format.messages import MissingKeyProperties, RecordBeforeSchema
+from singerlake.format.metadata import label_problem
+from singerlake.format.names import normalise_label
 from singerlake.landing.lander import Lander, LandingSettings, Terminated
 from singerlake.landing.spark_write import warm_up
 from singerlake.settings import LAKE_LOCATION, invalid_settings, lake_root, storage_options
@@ -96,6 +98,12 @@ class TargetSingerlake(Target):
             "tap_id",
             th.StringType,
             "Tap id the streams are filed under (raw/<tap_id>/...). Defaults to $MELTANO_EXTRACTOR_NAME when run by Meltano.",
+        ),
+        _setting(
+            "work_id",
+            th.StringType,
+            "Id recorded on every file of the run (^[a-z0-9_-]+$), to find them with `singerlake files --work-id`. "
+            "Defaults to $MELTANO_RUN_ID (meltano run --run-id) when set, else a new id; printed at the end of the run.",
         ),
         _setting("owner", th.StringType, "Owner of this tap's data (person or team), recorded in raw/singerlake.json."),
         _setting("description", th.StringType, "What this tap's data is for, recorded in raw/singerlake.json."),
@@ -210,6 +218,18 @@ class TargetSingerlake(Target):
                 raise ConfigError(f"setting 'spark_conf' (or spark_master/spark_remote): {exc}") from exc
         return starter
 
+    @property
+    def work_id(self) -> str:
+        """The run's work id: the setting, else Meltano's run id, else a new one (SPEC.md §5, §14)."""
+        if getattr(self, "_work_id", None) is None:
+            given = self.config.get("work_id")
+            source = "setting 'work_id'" if given else "$MELTANO_RUN_ID"
+            given = given or os.environ.get("MELTANO_RUN_ID", "").lower() or None
+            if given is not None and (problem := label_problem("work_id", given)):
+                raise ConfigError(f"{source}: {problem}")
+            self._work_id = given or f"target-singerlake-{uuid.uuid4().hex[:16]}"
+        return self._work_id
+
     def _landing_settings(self) -> LandingSettings:
         c = self.config
         return LandingSettings(
@@ -223,7 +243,7 @@ class TargetSingerlake(Target):
             lock_drift_s=float(c.get("lock_drift_seconds", 10)),
             compresslevel=int(c.get("compression_level", 6)),
             validate_records=bool(c.get("validate_records", False)),
-            work_id=f"target-singerlake-{uuid.uuid4().hex[:16]}",
+            work_id=self.work_id,
             annotations={name: c.get(name) for name in ANNOTATIONS},
             confirm_files=not self._on_this_machine(),
         )
@@ -238,8 +258,16 @@ class TargetSingerlake(Target):
             self.lander.finish()
         finally:
             self._stop_cluster_application()
+        self._say_work_id()
         if self.interrupted:  # committed, STATE out; but the run did not end by itself
             raise SystemExit(INTERRUPTED_EXIT)
+
+    def _say_work_id(self) -> None:
+        """The one query that lists what this run landed."""
+        whats = ",".join(sorted({normalise_label(stream) for stream in self.lander.schemas}))
+        if whats:
+            query = f"singerlake files {self.lake.storage.url} --what {whats} --work-id {self.work_id}"
+            self.logger.info("work_id %s: what this run landed: %s", self.work_id, query)
 
     def _stop_cluster_application(self) -> None:
         """Stop a cluster application (local-cluster, spark://, k8s, yarn) so the cluster sees it finish.

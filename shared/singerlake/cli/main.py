@@ -266,7 +266,7 @@ def cmd_files(args: argparse.Namespace) -> int:
     else:
         raise ConfigError("say which files: --start T [--end T], --work-id ID or --latest")
     if args.fetch:
-        lake.fetch([r["id"] for r in records], args.fetch + "/", args.name)
+        lake.fetch(records, args.fetch + "/", args.name)
     if args.json:
         print(json.dumps(records, indent=1, ensure_ascii=False))
     else:

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from singerlake.files import layout
-from singerlake.files.record import last_time, overlaps
+from singerlake.files.record import last_time, newness, overlaps
 from singerlake.format.metadata import InvalidMetadata, check_spec_version
 from singerlake.storage import NotFound, Storage
 from singerlake.times import days_between, parse_time_ms
@@ -98,22 +98,18 @@ def by_work_id(storage: Storage, what: str, work_id: str, where: str = "") -> li
 def latest(storage: Storage, what: str, where: str = "") -> dict | None:
     """The file whose data is newest: walk the days back from the newest until one holds a file of ``where``."""
     longest = [r for r in _records_of(storage, what, _txns(storage, layout.long_dir(what))) if r["where"].startswith(where)]
-    best = max(longest, key=_newness, default=None)
+    best = max(longest, key=newness, default=None)
     for day in reversed(storage.list_dirs(f"{layout.index_dir(what)}/day/")):
         if best is not None and last_time(best) >= _day_end(day):
             break  # nothing in this day or before can be newer
         found = [r for r in _records_of(storage, what, _txns(storage, layout.day_dir(what, day))) if r["where"].startswith(where)]
         if found:
-            return max([*found, *([best] if best else [])], key=_newness)
+            return max([*found, *([best] if best else [])], key=newness)
     return best
 
 
 def _day_end(day: str) -> int:
     return (parse_time_ms(day + "T00:00:00Z") or 0) + 86_400_000 - 1
-
-
-def _newness(record: dict) -> tuple:
-    return (last_time(record), record["created"], record["id"])
 
 
 def _sorted(records: Iterable[dict]) -> list[dict]:

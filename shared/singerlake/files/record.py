@@ -67,5 +67,25 @@ def last_time(record: dict) -> int:
     return record["start"] if record["end"] is None else record["end"]
 
 
+def newness(record: dict) -> tuple:
+    """How --latest orders files: the newest data first, then the latest push."""
+    return (last_time(record), record.get("created") or "", record["id"])
+
+
 def overlaps(record: dict, start: int, end: int) -> bool:
     return record["start"] <= end and last_time(record) >= start
+
+
+def singer_record(entry: dict, tap_id: str, stream: str) -> dict[str, Any]:
+    """A Singer data file's manifest entry (SPEC.md §5) as a files record: where = the tap, what = the
+    stream (normalised), its key the data file's; plus the stream's original names and its commit."""
+    return {
+        **{k: v for k, v in entry.items() if k != "runs"},
+        "start_iso": iso_ms(entry["start"]),
+        "end_iso": iso_ms(entry["end"]),
+        "name": entry["path"].rsplit("/", 1)[-1],
+        "content_type": "application/gzip",
+        "key": entry["path"],
+        "tap_id": tap_id,
+        "stream": stream,
+    }

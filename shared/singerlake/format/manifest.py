@@ -109,6 +109,13 @@ class Manifest:
         """Every committed file, in the stream's order (reads every part)."""
         return [entry for s in self._file_parts() for entry in self._read(s).files] + self.tail
 
+    def files_overlapping(self, start: int, end: int) -> list[dict[str, Any]]:
+        """Committed files whose record times overlap ``start``..``end`` (ms): only the parts whose
+        summaries overlap are read."""
+        parts = [s for s in self._file_parts() if s["start"] <= end and s["end"] >= start]
+        entries = [e for s in parts for e in self._read(s).files] + self.tail
+        return [e for e in entries if e["start"] <= end and e["end"] >= start]
+
     @property
     def activate_versions(self) -> list[dict[str, Any]]:
         return [a for s in self._activation_parts() for a in self._read(s).activations] + self.tail_activations
