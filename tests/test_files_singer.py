@@ -34,7 +34,8 @@ def test_a_day_query_finds_the_data_files_of_a_stream_covering_it_and_fetches_th
     assert records[0]["where"] == "tap-test" and records[0]["stream"] == "public.users"
 
     out = tmp_path / "fetched"
-    fetched = _run("files", root, "--what", WHAT, "--where", "tap-", "--start", "2024-03-02", "--end", "2024-03-04T23:00:00Z", "--fetch", str(out))
+    every_day = ("--start", "2024-03-02", "--end", "2024-03-04T23:00:00Z")
+    fetched = _run("files", root, "--what", WHAT, "--where", "tap-", *every_day, "--fetch", str(out))
     assert fetched.returncode == 0, fetched.stderr
     got = sorted(p.name for p in out.iterdir())
     assert len(got) == 3
