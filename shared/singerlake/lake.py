@@ -6,6 +6,7 @@ from typing import Any
 
 from singerlake.commits.commit import compare_and_swap, update_manifest
 from singerlake.errors import ConfigError, SingerlakeError
+from singerlake.files.layout import FILES
 from singerlake.format import catalogue as cat
 from singerlake.format.layout import NAME_FILE, RAW, ROOT_METADATA, StreamPaths, catalogue_key, tap_dir
 from singerlake.format.manifest import Manifest
@@ -37,10 +38,12 @@ class Lake:
             raise LakeNotFound(f"lake root {self.storage.url} does not exist")
 
     def check_is_lake(self) -> None:
-        """For the lake jobs: any directory exists, but only a lake holds landed data under raw/."""
+        """For the lake jobs: any directory exists, but only a lake holds landed data (raw/) or pushed files (files/)."""
         self.check_exists()
-        if RAW not in self.storage.list_dirs(""):
-            raise LakeNotFound(f"lake root {self.storage.url} holds no lake: it has no {RAW}/ (nothing was ever landed there)")
+        if not {RAW, FILES} & set(self.storage.list_dirs("")):
+            raise LakeNotFound(
+                f"lake root {self.storage.url} holds no lake: it has no {RAW}/ or {FILES}/ (nothing was ever landed or pushed there)"
+            )
 
     def paths(self, tap_id: str, stream: str) -> StreamPaths:
         return StreamPaths(tap_id, stream)

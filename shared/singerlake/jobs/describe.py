@@ -105,7 +105,27 @@ def describe_lake(lake: Lake) -> dict:
     taps = {}
     for tap_id in lake.taps():
         taps[tap_id] = {stream: describe_stream(lake, tap_id, stream, lake.manifest(tap_id, stream)) for stream in lake.streams(tap_id)}
-    return {"root": lake.storage.url, "taps": taps}
+    return {"root": lake.storage.url, "taps": taps, "files": describe_files(lake)}
+
+
+def describe_files(lake: Lake) -> dict:
+    """Per what of pushed files (SPEC.md §14): its wheres, files, bytes, pushes and first and last day."""
+    from singerlake.files.check import states
+    from singerlake.files.layout import index_dir
+
+    whats = {}
+    for state in states(lake.storage):
+        records = list(state.records.values())
+        days = lake.storage.list_dirs(f"{index_dir(state.what)}/day/")
+        whats[state.what] = {
+            "wheres": sorted({r["where"] for r in records}),
+            "files": len(records),
+            "bytes": sum(r["size"] for r in records),
+            "pushes": len(state.segments),
+            "first_day": days[0] if days else None,
+            "last_day": days[-1] if days else None,
+        }
+    return whats
 
 
 def describe_text(report: dict) -> str:
@@ -126,4 +146,9 @@ def describe_text(report: dict) -> str:
                 lines.append(
                     f"      lock {lock['path']}: {lock['writer_id']}, refreshed {lock['refreshed']}{' (stale)' if lock['stale'] else ''}"
                 )
+    for what, info in report.get("files", {}).items():
+        lines.append(
+            f"  files {what}: {info['files']:,} files, {info['bytes']:,} bytes in {info['pushes']:,} pushes from "
+            f"{', '.join(info['wheres'])}; days {info['first_day']} .. {info['last_day']}"
+        )
     return "\n".join(lines)

@@ -13,9 +13,10 @@ import functools
 from dataclasses import dataclass
 
 from singerlake.commits.commit import compare_and_swap, write_manifest
+from singerlake.files.check import repair_files
 from singerlake.format import catalogue as cat
 from singerlake.format.datafile import CorruptFile
-from singerlake.format.layout import ROOT_METADATA, StreamPaths, catalogue_key
+from singerlake.format.layout import RAW, ROOT_METADATA, StreamPaths, catalogue_key
 from singerlake.format.manifest import Manifest
 from singerlake.format.metadata import InvalidMetadata
 from singerlake.format.scan import data_file_keys, describe_file, manifest_from_described
@@ -114,8 +115,10 @@ def repair(
                 catalogue = cat.upsert_stream(catalogue, cat.catalog_entry(manifest, lake.paths(tap_id, stream).stream_dir))
         if all((tap_id, stream) in settled for stream in streams):  # a failed stream's entry is unknown: keep the catalogue
             actions += _rewrite_if_changed(lake, catalogue_key(tap_id), catalogue, "catalogue", apply)
-    root = lake.rebuild_root_metadata(keep=_current_root(lake))
-    actions += _rewrite_if_changed(lake, ROOT_METADATA, root, "root", apply)
+    if streams_of or RAW in lake.storage.list_dirs(""):  # a lake of pushed files alone has no singerlake.json
+        root = lake.rebuild_root_metadata(keep=_current_root(lake))
+        actions += _rewrite_if_changed(lake, ROOT_METADATA, root, "root", apply)
+    actions += [Action(path, change) for path, change in repair_files(lake.storage, apply)]
     found.deliver(failures)
     return actions
 

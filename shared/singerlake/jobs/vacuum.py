@@ -8,6 +8,8 @@ working for the retention period (SPEC.md §12). A file the current manifest
 references is never deleted: the manifest is read again right before deleting. Dry-run unless
 ``apply``.
 
+Pushed files (SPEC.md §14): bytes, records and index pointers of pushes that never committed.
+
 Projections (SPEC.md §12): delta-rs's own vacuum deletes the table's files removed more than the
 retention ago (and files no version references); staging parts and CSV twins the latest commit
 does not reference go once older than the retention.
@@ -19,6 +21,7 @@ import math
 from dataclasses import dataclass
 
 from singerlake.errors import ConfigError
+from singerlake.files.check import vacuum_files
 from singerlake.format.layout import DATA_SUFFIX, StreamPaths
 from singerlake.format.manifest import Manifest
 from singerlake.format.names import encode_segment
@@ -125,6 +128,8 @@ def vacuum(lake: Lake, retention_s: float = DEFAULT_RETENTION_S, apply: bool = F
         for stream in lake.listed_streams(tap_id):
             found += vacuum_stream(lake, lake.paths(tap_id, stream), retention_s, apply, now)
             found += vacuum_projection(lake, tap_id, stream, retention_s, apply, now)
+    cutoff = now - retention_s * 1000
+    found += [Deletion(path, reason, size) for path, reason, size in vacuum_files(lake.storage, cutoff, apply)]
     return found
 
 

@@ -11,8 +11,9 @@ import functools
 from dataclasses import asdict, dataclass
 
 from singerlake.commits.lock import looks_stale, read_lock
+from singerlake.files.check import verify_files
 from singerlake.format import catalogue as cat
-from singerlake.format.layout import DATA_SUFFIX, LOCK, PART_DIR, PART_SUFFIX, ROOT_METADATA, StreamPaths, catalogue_key
+from singerlake.format.layout import DATA_SUFFIX, LOCK, PART_DIR, PART_SUFFIX, RAW, ROOT_METADATA, StreamPaths, catalogue_key
 from singerlake.format.manifest import Manifest
 from singerlake.format.metadata import InvalidMetadata, new_digest
 from singerlake.format.parts import PartStore
@@ -173,12 +174,14 @@ def verify(
     """Every difference between metadata and storage, each naming the path at fault.
 
     Streams are compared with their listings on the driver, then the hashes of every stream's files
-    are checked in one Spark job. A stream that cannot be checked (a storage error) is added to
-    ``failures`` and the others are checked; without ``failures`` that raises StreamsFailed at the end.
+    are checked in one Spark job; pushed files against their index (SPEC.md §14). A stream that
+    cannot be checked (a storage error) is added to ``failures`` and the others are checked; without
+    ``failures`` that raises StreamsFailed at the end.
     """
     lake.check_exists()
     found = Failures()
-    registered, findings = _root_findings(lake)
+    landed = RAW in lake.storage.list_dirs("")  # a lake of pushed files alone has no singerlake.json
+    registered, findings = _root_findings(lake) if landed else (set(), [])
     streams_of = {tap_id: lake.listed_streams(tap_id) for tap_id in lake.listed_taps()}
 
     def check(tap_id: str, stream: str) -> tuple[list[Finding], list[dict]]:
@@ -201,5 +204,6 @@ def verify(
             spark, items, functools.partial(file_hash, lake.storage), found, progress, sizes=[e["size"] for e in to_hash]
         )
         findings += _hash_findings(to_hash, hashes)
+    findings += [Finding(p.kind, p.path, p.detail) for p in verify_files(lake.storage, check_hashes)]
     found.deliver(failures)
     return findings
