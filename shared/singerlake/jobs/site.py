@@ -1,4 +1,5 @@
-"""``singerlake docs``: the lake as a static HTML site, built from its metadata only (SPEC.md §12).
+"""``singerlake docs``: the lake as a static HTML site, built from its metadata only (SPEC.md §12):
+a page per Singer stream and per what of pushed files (SPEC.md §14), and an index of both.
 
 Pages come from Jinja2 templates with autoescape, so every name, annotation and schema from the
 wild is shown as text, never read as markup. Each page carries its CSS and its one small script
