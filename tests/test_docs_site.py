@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from urllib.parse import urljoin
 
 import pytest
 from lakes import record_msg
@@ -340,3 +341,183 @@ def test_docs_reports_usage_errors_in_one_line_and_a_stream_without_manifest_by_
     assert "manifest.json is missing" in page
     assert not lake.storage.exists(missing)  # reported, not rebuilt by a scan of the data files
     assert "<dt>Records</dt><dd>6</dd>" in (site / page_name(PLAIN_TAP, "events")).read_text()
+
+
+# -- files (SPEC.md §14): a page per what ----------------------------------------------------------------
+# (what, where, work_id, start, end, name): five photos over four days, two logs on a later day.
+PUSHED = [
+    ("photos", "cam-1", None, "2023-11-14T08:00:00Z", None, "a.jpg"),
+    ("photos", "cam-1", None, "2023-11-14T12:00:00Z", "2023-11-14T13:00:00Z", "b.jpg"),
+    ("photos", "cam-2", "night-1", "2023-11-14T23:30:00Z", "2023-11-15T00:30:00Z", "c.jpg"),  # over midnight
+    ("photos", "cam-2", None, "2023-11-17T09:00:00Z", None, "d.jpg"),  # starts last, an instant
+    ("photos", "cam-3", "long-1", "2023-11-16T00:00:00Z", "2023-11-17T10:00:00Z", "e.jpg"),  # ends last: the newest
+    ("logs", "web-1", None, "2023-11-20T00:00:00Z", "2023-11-20T23:59:59Z", "access.log"),
+    ("logs", "web-2", None, "2023-11-20T06:00:00Z", None, "error.log"),
+]
+PHOTOS_PER_DAY = [("2023-11-14", "3"), ("2023-11-15", "1"), ("2023-11-16", "1"), ("2023-11-17", "2")]
+NEWEST_PHOTOS = ["e.jpg", "d.jpg", "c.jpg", "b.jpg", "a.jpg"]
+
+
+def push_files(lake: Lake, source: Path) -> dict[str, dict]:
+    """Push PUSHED (each file's bytes its own: its name repeated) and leave a push that never committed:
+    a day pointer of 2023-11-25 whose segment was never written. Returns each name's record."""
+    records = {}
+    for what, where, work_id, start, end, name in PUSHED:
+        path = source / what / where / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(name * (len(records) + 1))
+        result = lake.push([path], what=what, where=where, work_id=work_id, start=start, end=end)
+        records[name] = result.pushed[0]
+    lake.storage.write("files/index/photos/day/2023-11-25/019ab1c2-0000-7000-8000-000000000000", b"")
+    return records
+
+
+def what_page_parts(page: str) -> dict:
+    """The wheres table, the chart's bars and the latest files' rows of a what's page (HTML or a browser's DOM)."""
+    return {
+        "wheres": re.findall(
+            r'<tr data-where="([^"]+)"><th scope="row">[^<]*</th><td class="n">(\d+)</td><td class="n">([^<]*)</td>', page
+        ),
+        "bars": re.findall(r'<rect class="bar"[^>]*data-day="([^"]+)" data-value="(\d+)"><title>([^<]*)</title></rect>', page),
+        "latest": re.findall(r'<tr data-id="([0-9a-f]{32})">', page),
+    }
+
+
+def test_files_per_day_counts_a_file_in_each_day_it_spans_once_per_bar():
+    from singerlake.jobs.site import files_per_day
+
+    night = {"start": 10 * DAY + 23 * 3_600_000, "end": 11 * DAY + 3_600_000}  # 23:00 on day 10 to 01:00 on day 11
+    instant = {"start": 12 * DAY + 5, "end": None}
+    bars, days = files_per_day([night, instant])
+    assert days == 1 and [(b["day"], b["files"]) for b in bars] == [("1970-01-11", 1), ("1970-01-12", 1), ("1970-01-13", 1)]
+    years = {"start": 0, "end": 999 * DAY}  # a long life: bars of 3 days, the file once in each
+    bars, days = files_per_day([years, instant])
+    assert days == 3 and len(bars) == 334 and all(b["files"] == 1 for b in bars[:4] + bars[5:]) and bars[4]["files"] == 2
+
+
+def test_a_what_page_lists_its_wheres_charts_files_per_day_and_shows_the_newest_first(tmp_path, monkeypatch):
+    from singerlake.jobs import site as site_module
+
+    lake = Lake(LocalStorage(tmp_path / "lake"))
+    land_core(lake, PLAIN_TAP, "users", V1, [0])
+    records = push_files(lake, tmp_path / "in")
+    monkeypatch.setattr(site_module, "MAX_FILE_ROWS", 4)
+    site = site_module.build_site(lake)
+    assert site.streams == 1 and site.whats == 2 and site.problems == []
+    assert sorted(site.pages) == sorted(["index.html", page_name(PLAIN_TAP, "users"), "files/logs.html", "files/photos.html"])
+
+    photos = site.pages["files/photos.html"].decode()
+    parts = what_page_parts(photos)
+    size = {name: f"{r['size']} B" for name, r in records.items()}
+    assert [(where, n) for where, n, _ in parts["wheres"]] == [("cam-1", "2"), ("cam-2", "2"), ("cam-3", "1")]
+    assert parts["wheres"][0][2] == f"{records['a.jpg']['size'] + records['b.jpg']['size']} B" and parts["wheres"][2][2] == size["e.jpg"]
+    # c.jpg (23:30 to 00:30) counts on the 14th and the 15th; the uncommitted pointer of the 25th is not a file
+    assert [(day, n) for day, n, _ in parts["bars"]] == PHOTOS_PER_DAY
+    assert [title for _, _, title in parts["bars"]] == [
+        "2023-11-14: 3 files",
+        "2023-11-15: 1 file",
+        "2023-11-16: 1 file",
+        "2023-11-17: 2 files",
+    ]
+    assert 'aria-label="Files per day, 2023-11-14 to 2023-11-17, highest 3"' in photos
+    assert parts["latest"] == [records[name]["id"] for name in NEWEST_PHOTOS[:4]] and "The newest 4 of 5 files" in photos
+    first_row = re.search(r'<tr data-id="[0-9a-f]{32}">(.*?)</tr>', photos).group(1)
+    assert ">cam-3<" in first_row and ">e.jpg<" in first_row and ">long-1<" in first_row and '"2023-11-17T10:00:00.000Z"' in first_row
+    assert "<dt>Files</dt><dd>5 (" in photos and "<dt>Wheres</dt><dd>3</dd>" in photos and "<dt>Pushes</dt><dd>5</dd>" in photos
+
+    logs = what_page_parts(site.pages["files/logs.html"].decode())
+    assert [(w, n) for w, n, _ in logs["wheres"]] == [("web-1", "1"), ("web-2", "1")] and [(d, n) for d, n, _ in logs["bars"]] == [
+        ("2023-11-20", "2")
+    ]
+
+    index = site.pages["index.html"].decode()
+    assert f"<h2>{PLAIN_TAP}</h2>" in index and "pushed files of 2 whats" in index
+    whats = re.findall(
+        r'<tr data-search="([^"]*)" data-kind="what">\s*<th scope="row"><a href="([^"]+)">([^<]+)</a></th>\s*'
+        r'<td class="n">(\d+)</td><td class="n">(\d+)</td><td class="n wide">[^<]*</td>\s*'
+        r'<td class="times"><time datetime="([^"]+)">[^<]*</time></td><td class="times"><time datetime="([^"]+)">',
+        index,
+    )
+    assert whats == [
+        ("logs web-1 web-2", "files/logs.html", "logs", "2", "2", "2023-11-20", "2023-11-20"),
+        ("photos cam-1 cam-2 cam-3", "files/photos.html", "photos", "5", "3", "2023-11-14", "2023-11-17"),
+    ]
+
+
+def test_what_pages_open_from_the_index_in_a_browser_with_their_chart_and_latest_files_and_fetch_nothing(tmp_path, browser):
+    root, site = tmp_path / "lake", tmp_path / "site"
+    lake = Lake(LocalStorage(root))
+    land_core(lake, PLAIN_TAP, "users", V1, [0, 1])
+    records = push_files(lake, tmp_path / "in")
+    run = docs(root, "--out", str(site))
+    assert run.returncode == 0, run.stderr
+    assert "4 pages (1 streams, 2 whats of files)" in run.stdout
+    for path in site.rglob("*.html"):  # nothing on a page loads anything
+        assert not re.search(r"\ssrc=|<link|url\(|@import", path.read_text("utf-8")), path
+
+    index_url = (site / "index.html").as_uri()
+    index = browser(index_url, "--dump-dom")
+    assert "1 of 1 streams, 2 of 2 whats" in index
+    link = re.search(r'<a href="([^"]+)">photos</a>', index)
+    assert link, index
+    page_url = urljoin(index_url, html.unescape(link.group(1)))
+    assert page_url == (site / "files" / "photos.html").as_uri()
+
+    photos = browser(page_url, "--dump-dom")
+    parts = what_page_parts(photos)
+    assert [(day, n) for day, n, _ in parts["bars"]] == PHOTOS_PER_DAY
+    assert parts["latest"] == [records[name]["id"] for name in NEWEST_PHOTOS]
+    assert [where for where, _, _ in parts["wheres"]] == ["cam-1", "cam-2", "cam-3"]
+    back = re.search(r'<nav aria-label="Breadcrumb"><a href="([^"]+)">Lake</a>', photos)
+    assert back and urljoin(page_url, back.group(1)) == index_url
+
+    # The search box finds whats by name or where: ?q=cam-2 keeps photos, hides logs and the stream.
+    searched = browser(index_url + "?q=cam-2", "--dump-dom")
+    shown = dict(re.findall(r'<tr data-search="([^"]*)" data-kind="what"( hidden="")?>', searched))
+    assert shown == {"logs web-1 web-2": ' hidden=""', "photos cam-1 cam-2 cam-3": ""} and "0 of 1 streams, 1 of 2 whats" in searched
+
+    browser(page_url, "--window-size=390,2400", f"--screenshot={tmp_path / 'what-phone.png'}")
+    assert png_size(tmp_path / "what-phone.png") == (390, 2400)
+    print(f"screenshot: {tmp_path / 'what-phone.png'}")
+    assert browser.proxy.page_fetches() == [], browser.proxy.page_fetches()
+
+
+def test_a_lake_of_files_alone_gets_a_site_over_the_cli(tmp_path):
+    root, site = tmp_path / "lake", tmp_path / "site"
+    lake = Lake(LocalStorage(root))
+    records = push_files(lake, tmp_path / "in")
+    assert not (root / "raw").exists()
+    lake.storage.write("docs/files/gone.html", b"<p>a what no longer in the lake</p>")
+    lake.storage.write("docs/files/deeper/kept.html", b"<p>not a page of the site</p>")
+
+    run = docs(root, "--out", str(site), "--publish", "--json")
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert (report["pages"], report["streams"], report["whats"], report["failures"]) == (3, 0, 2, [])
+    assert sorted(p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file()) == [
+        "files/logs.html",
+        "files/photos.html",
+        "index.html",
+    ]
+    assert [info.key for info in lake.storage.list("docs/")] == [
+        "docs/files/deeper/kept.html",
+        "docs/files/logs.html",
+        "docs/files/photos.html",
+        "docs/index.html",
+    ]
+    index = (site / "index.html").read_text()
+    assert "0 taps, 0 streams; pushed files of 2 whats" in index and 'href="files/photos.html"' in index
+    assert records["e.jpg"]["id"] in (site / "files" / "photos.html").read_text()
+
+    run = docs(root, "--out", str(site))  # the text report names the whats
+    assert run.returncode == 0 and "3 pages (0 streams, 2 whats of files)" in run.stdout, run.stderr
+    (tmp_path / "empty").mkdir()
+    run = docs(tmp_path / "empty", "--out", str(site))
+    assert run.returncode == 2 and "neither files/ nor raw/" in run.stderr and "Traceback" not in run.stderr
+
+    segment = next((root / "files/index/logs/segments").iterdir())
+    segment.write_bytes(b"not a gzip")  # a damaged what: its page and the run say so, the other what is built
+    run = docs(root, "--out", str(site))
+    assert run.returncode == 1 and "failed: files of what 'logs': " in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert "not a gzip of JSON" in (site / "files" / "logs.html").read_text()
+    assert records["e.jpg"]["id"] in (site / "files" / "photos.html").read_text()

@@ -31,10 +31,14 @@ from singerlake.storage import LocalStorage, PreconditionFailed
 MIB = 1 << 20
 
 
-def open_lake(args: argparse.Namespace) -> Lake:
-    options = {"region": args.s3_region, "profile": args.s3_profile, "endpoint_url": args.s3_endpoint_url}
-    lake = Lake.open(args.root, **options)
-    lake.check_is_lake()
+def open_lake(args: argparse.Namespace, files: bool = False) -> Lake:
+    """The lake of a lake job: it must hold landed data (raw/); with ``files``, pushed files (files/) will do too."""
+    if files:
+        lake = open_files_lake(args)
+    else:
+        options = {"region": args.s3_region, "profile": args.s3_profile, "endpoint_url": args.s3_endpoint_url}
+        lake = Lake.open(args.root, **options)
+        lake.check_is_lake()
     if getattr(args, "spark_conf", None) is not None:  # a command that runs Spark jobs
         check_lake_reachable(args, lake)
     return lake
@@ -204,7 +208,7 @@ def cmd_docs(args: argparse.Namespace) -> int:
 
     if not args.out and not args.publish:
         raise ConfigError("say where the site goes: --out DIR, --publish (under the lake root's docs/), or both")
-    lake = open_lake(args)
+    lake = open_lake(args, files=True)  # a lake of pushed files alone has a site too
     verified = None
     if args.verify:
         from singerlake.jobs.verify import verify
@@ -221,8 +225,9 @@ def cmd_docs(args: argparse.Namespace) -> int:
     if args.publish:
         write_site(site, lake.storage, SITE_PREFIX)
         places.append(lake.storage.url_of(SITE_PREFIX))
-    text = f"{len(site.pages)} pages ({site.streams} streams) written to {' and '.join(places)}"
-    return finish(args, {"pages": len(site.pages), "streams": site.streams, "written_to": places}, text, site.problems)
+    whats = f", {site.whats} whats of files" if site.whats else ""
+    text = f"{len(site.pages)} pages ({site.streams} streams{whats}) written to {' and '.join(places)}"
+    return finish(args, {"pages": len(site.pages), "streams": site.streams, "whats": site.whats, "written_to": places}, text, site.problems)
 
 
 def open_files_lake(args: argparse.Namespace) -> Lake:
@@ -333,7 +338,7 @@ def parser() -> argparse.ArgumentParser:
     locks = command("locks", cmd_locks, "list locks; --break PATH --force removes one")
     locks.add_argument("--break", dest="break_lock", metavar="PATH", help="lock file to remove (as listed)")
     locks.add_argument("--force", action="store_true", help="with --break: confirm that the lock's writer is really gone")
-    docs = command("docs", cmd_docs, "a static HTML site describing the lake, from its metadata", spark=True)
+    docs = command("docs", cmd_docs, "a static HTML site describing the lake (streams and pushed files), from its metadata", spark=True)
     docs.add_argument("--out", metavar="DIR", help="write the site into this directory (a path, file:// or s3:// URL)")
     docs.add_argument("--publish", action="store_true", help="write the site under the lake root, in docs/")
     docs.add_argument("--verify", action="store_true", help="add each stream's `singerlake verify` findings (hashes on Spark)")

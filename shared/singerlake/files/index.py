@@ -120,6 +120,15 @@ def whats(storage: Storage) -> list[str]:
     return storage.list_dirs(f"{layout.FILES}/index/")
 
 
+def all_records(storage: Storage, what: str) -> list[dict]:
+    """Every committed record of ``what``, one per id: one listing of its segments, each read once (for
+    ``singerlake docs``; a query reads only the segments its pointers name). Pointers are not read: only
+    committed pushes have a segment."""
+    prefix = f"{layout.index_dir(what)}/segments/"
+    names = (info.key[len(prefix) :] for info in storage.list(prefix))
+    return list(_records_of(storage, what, [name[: -len(".json.gz")] for name in names if "/" not in name and name.endswith(".json.gz")]))
+
+
 def committed_record(storage: Storage, file_id: str) -> dict | None:
     """The record of a pushed file, only once its push committed (SPEC.md §14); None otherwise."""
     key = layout.record_key(file_id)

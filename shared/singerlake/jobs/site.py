@@ -1,4 +1,5 @@
-"""``singerlake docs``: the lake as a static HTML site, built from its metadata only (SPEC.md §12).
+"""``singerlake docs``: the lake as a static HTML site, built from its metadata only (SPEC.md §12):
+a page per Singer stream and per what of pushed files (SPEC.md §14), and an index of both.
 
 Pages come from Jinja2 templates with autoescape, so every name, annotation and schema from the
 wild is shown as text, never read as markup. Each page carries its CSS and its one small script
@@ -18,6 +19,9 @@ from urllib.parse import urlparse
 import jinja2
 from markupsafe import Markup
 
+from singerlake.errors import one_line
+from singerlake.files import index as files_index
+from singerlake.files.record import last_time, newness
 from singerlake.format.names import encode_segment
 from singerlake.jobs.describe import describe_stream, schema_changes, type_text
 from singerlake.jobs.runner import Failures, StreamFailure, StreamId, for_each_stream
@@ -29,10 +33,12 @@ from singerlake.times import file_id_ms, iso_ms, now_ms
 SITE_PREFIX = "docs/"  # where --publish puts the site under the lake root
 INDEX = "index.html"
 STREAM_PAGES = "streams/"
+FILE_PAGES = "files/"  # a page per what of pushed files (SPEC.md §14)
 HTML = "text/html; charset=utf-8"
 DAY_MS = 86_400_000
 MAX_BARS = 366  # a longer life is charted in bars of several days
 MAX_ROWS = 200  # newest files and commits listed on a stream page
+MAX_FILE_ROWS = 50  # latest files listed on a what's page
 MAX_SCHEMA_DEPTH = 8
 LINKS = (("docs", "docs_url"), ("logs", "logs_url"))  # annotations shown as links
 PLOT_LEFT, PLOT_RIGHT, PLOT_BOTTOM, PLOT_HEIGHT = 64, 600, 140, 126  # chart area in the SVG's viewBox
@@ -40,9 +46,24 @@ PLOT_LEFT, PLOT_RIGHT, PLOT_BOTTOM, PLOT_HEIGHT = 64, 600, 140, 126  # chart are
 
 @dataclass
 class Site:
-    pages: dict[str, bytes]  # relative name -> HTML, stream pages first, the index last
+    pages: dict[str, bytes]  # relative name -> HTML, stream and what pages first, the index last
     streams: int
-    problems: list[StreamFailure] = field(default_factory=list)
+    problems: list[StreamFailure | WhatFailure] = field(default_factory=list)
+    whats: int = 0
+
+
+@dataclass
+class WhatFailure:
+    """A what of pushed files whose index could not be read, and why (reported like a failed stream)."""
+
+    what: str
+    cause: str
+
+    def __str__(self) -> str:
+        return f"files of what {self.what!r}: {self.cause}"
+
+    def to_dict(self) -> dict:
+        return {"what": self.what, "cause": self.cause}
 
 
 @dataclass
@@ -57,6 +78,12 @@ def page_name(tap_id: str, stream: str) -> str:
     """``streams/<tap>.<stream>.html`` from the names' path segments (SPEC.md §2): segments never hold
     ``.``, so the name is unique, and they hold only ``[a-z0-9_~-]``, so it is safe anywhere."""
     return f"{STREAM_PAGES}{encode_segment(tap_id)}.{encode_segment(stream)}.html"
+
+
+def what_page_name(what: str) -> str:
+    """``files/<what>.html``: a what is ``[a-z0-9_-]+`` (SPEC.md §14), kept as it is by ``encode_segment``;
+    a directory under ``files/index/`` named otherwise by hand is encoded, so its page name is still safe."""
+    return f"{FILE_PAGES}{encode_segment(what)}.html"
 
 
 # -- what a page shows -------------------------------------------------------------------------------
@@ -106,13 +133,32 @@ def per_day(files: list[dict]) -> tuple[list[dict], int]:
             bar = bars[(day - first) // days]
             bar["records"] += entry["records"] * share
             bar["bytes"] += entry["size"] * share
+    return _labelled(bars, first, days), days
+
+
+def _labelled(bars: list[dict], first: int, days: int) -> list[dict]:
     for index, bar in enumerate(bars):
         start = (first + index * days) * DAY_MS
-        bar["label"] = iso_ms(start)[:10] + (f" + {days} days" if days > 1 else "")
-    return bars, days
+        bar["day"] = iso_ms(start)[:10]
+        bar["label"] = bar["day"] + (f" + {days} days" if days > 1 else "")
+    return bars
 
 
-def chart(bars: list[dict], days: int, measure: str, unit: str) -> dict:
+def files_per_day(records: list[dict]) -> tuple[list[dict], int]:
+    """Pushed files per UTC day of their span, in bars of one day (or several, as ``per_day``): a file
+    counts once in each bar its span (``start`` to ``end``, or ``start`` alone) overlaps."""
+    if not records:
+        return [], 1
+    first, last = min(r["start"] for r in records) // DAY_MS, max(last_time(r) for r in records) // DAY_MS
+    days = math.ceil((last - first + 1) / MAX_BARS)
+    bars = [{"files": 0} for _ in range((last - first) // days + 1)]
+    for record in records:
+        for index in range((record["start"] // DAY_MS - first) // days, (last_time(record) // DAY_MS - first) // days + 1):
+            bars[index]["files"] += 1
+    return _labelled(bars, first, days), days
+
+
+def chart(bars: list[dict], days: int, measure: str, unit: str, of: str = "record time") -> dict:
     """Bar geometry for an SVG chart of ``measure`` (drawn by the template in a 600 x 170 viewBox)."""
     top = max((bar[measure] for bar in bars), default=0) or 1
     slot = (PLOT_RIGHT - PLOT_LEFT) / max(1, len(bars))
@@ -125,12 +171,14 @@ def chart(bars: list[dict], days: int, measure: str, unit: str) -> dict:
                 "width": round(max(slot * 0.8, 0.5), 2),
                 "y": round(PLOT_BOTTOM - height, 2),
                 "height": round(height, 2),
-                "title": f"{bar['label']}: {round(bar[measure]):,} {unit}",
+                "day": bar["day"],
+                "value": round(bar[measure]),
+                "title": f"{bar['label']}: {round(bar[measure]):,} {unit.removesuffix('s') if round(bar[measure]) == 1 else unit}",
             }
         )
     per = "day" if days == 1 else f"{days} days"
     first, last = bars[0]["label"][:10], bars[-1]["label"][:10]
-    return {"measure": measure, "unit": unit, "per": per, "rects": rects, "top": top, "first": first, "last": last}
+    return {"measure": measure, "unit": unit, "per": per, "of": of, "rects": rects, "top": top, "first": first, "last": last}
 
 
 def commits_of(files: list[dict]) -> list[dict]:
@@ -185,6 +233,47 @@ def stream_doc(lake: Lake, tap_id: str, stream: str, now: int) -> dict:
     }
 
 
+def what_doc(storage: Storage, what: str) -> dict:
+    """Everything a what's page and index row show, from every committed segment of the what."""
+    records = files_index.all_records(storage, what)
+    wheres: dict[str, dict] = {}
+    for record in records:
+        where = wheres.setdefault(record["where"], {"where": record["where"], "files": 0, "bytes": 0, "start": record["start"], "end": 0})
+        where["files"] += 1
+        where["bytes"] += record["size"]
+        where["start"] = min(where["start"], record["start"])
+        where["end"] = max(where["end"], last_time(record))
+    bars, days = files_per_day(records)
+    created = [r["created"] for r in records if r.get("created")]
+    return {
+        "files": len(records),
+        "bytes": sum(r["size"] for r in records),
+        "wheres": [wheres[name] for name in sorted(wheres)],
+        "start": min((r["start"] for r in records), default=None),
+        "end": max((last_time(r) for r in records), default=None),
+        "first_day": iso_ms(min(r["start"] for r in records))[:10] if records else None,
+        "last_day": iso_ms(max(last_time(r) for r in records))[:10] if records else None,
+        "pushes": len({r["txn"] for r in records}),
+        "last_push": max(created, default=None),
+        "charts": [chart(bars, days, "files", "files", of="the files' time (a file spanning days counts in each)")] if bars else [],
+        "file_rows": sorted(records, key=newness, reverse=True)[:MAX_FILE_ROWS],
+    }
+
+
+def what_docs(storage: Storage) -> tuple[list[dict], list[WhatFailure]]:
+    """Each what of pushed files (``files/index/<what>/``) for the site; one that cannot be read gets a
+    page saying why, and a failure."""
+    whats, problems = [], []
+    for what in files_index.whats(storage):
+        try:
+            doc = {"problem": None, **what_doc(storage, what)}
+        except Exception as exc:  # a damaged segment or record: that what's page says so, the others are built
+            problems.append(WhatFailure(what, one_line(exc)))
+            doc = {"problem": problems[-1].cause, "wheres": []}
+        whats.append({**doc, "what": what, "page": what_page_name(what)})
+    return whats, problems
+
+
 def verify_by_stream(result: VerifyResult, streams: list[StreamId], lake: Lake) -> tuple[dict[StreamId, dict], list[Finding]]:
     """Each stream's findings (by the path they name) and failure; findings of no stream go to the index."""
     status: dict[StreamId, dict] = {sid: {"findings": [], "failure": None} for sid in streams}
@@ -234,7 +323,7 @@ def human_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def render(taps: list[dict], lake_findings: list[Finding] | None, root: str, now: int) -> dict[str, bytes]:
+def render(taps: list[dict], lake_findings: list[Finding] | None, root: str, now: int, whats: list[dict] | None = None) -> dict[str, bytes]:
     env = _environment()
     assets = resources.files("singerlake.jobs") / "templates"
     css = (assets / "site.css").read_text("utf-8")
@@ -253,14 +342,18 @@ def render(taps: list[dict], lake_findings: list[Finding] | None, root: str, now
         for stream in tap["streams"]:
             html = stream_template.render(**common, tap=tap, s=stream, home="../")
             pages[stream["page"]] = html.encode("utf-8")
-    index = env.get_template("index.html").render(**common, taps=taps, lake_findings=lake_findings or [], home="")
+    what_template = env.get_template("what.html")
+    for what in whats or []:
+        pages[what["page"]] = what_template.render(**common, w=what, home="../").encode("utf-8")
+    index = env.get_template("index.html").render(**common, taps=taps, whats=whats or [], lake_findings=lake_findings or [], home="")
     pages[INDEX] = index.encode("utf-8")
     return pages
 
 
 def build_site(lake: Lake, verified: VerifyResult | None = None, now: int | None = None) -> Site:
-    """The site's pages, read from the lake's metadata. A stream whose manifest is missing or
-    invalid, or whose metadata cannot be read, gets a page saying so and is listed in ``problems``."""
+    """The site's pages, read from the lake's metadata, and the index of its pushed files. A stream whose
+    manifest is missing or invalid, or whose metadata cannot be read, gets a page saying so and is listed
+    in ``problems``; so does a what whose index cannot be read. A lake of files alone has no taps."""
     now = now_ms() if now is None else now
     root = lake.root_metadata()
     tap_ids = sorted(set(root["taps"]) | set(lake.listed_taps()))
@@ -287,21 +380,26 @@ def build_site(lake: Lake, verified: VerifyResult | None = None, now: int | None
                 "streams": streams,
             }
         )
-    return Site(render(taps, lake_findings, lake.storage.url, now), len(stream_ids), problems)
+    whats, what_problems = what_docs(lake.storage)
+    pages = render(taps, lake_findings, lake.storage.url, now, whats)
+    return Site(pages, len(stream_ids), [*problems, *what_problems], len(whats))
 
 
 # -- writing ---------------------------------------------------------------------------------------------
 def write_site(site: Site, storage: Storage, prefix: str = "") -> None:
-    """Stream pages first, the index last (it never links to a page not yet written), then delete the
-    pages of streams no longer in the lake. Pages are derived data: no fsync."""
+    """Stream and what pages first, the index last (it never links to a page not yet written), then
+    delete the pages of streams and whats no longer in the lake. Pages are derived data: no fsync."""
     for name, html in site.pages.items():
         if name != INDEX:
             storage.write(prefix + name, html, durable=False, content_type=HTML)
     storage.write(prefix + INDEX, site.pages[INDEX], durable=False, content_type=HTML)
-    try:
-        old = [info.key for info in storage.list(prefix + STREAM_PAGES)]
-    except NotFound:
-        return
-    for key in old:
-        if key.endswith(".html") and key[len(prefix) :] not in site.pages:
-            storage.delete(key)
+    for folder in (STREAM_PAGES, FILE_PAGES):
+        try:
+            old = [info.key for info in storage.list(prefix + folder)]
+        except NotFound:
+            continue
+        for key in old:
+            name = key[len(prefix) :]
+            # only the pages themselves: never anything deeper (a site written into a lake root has files/ beside it)
+            if name.endswith(".html") and "/" not in name[len(folder) :] and name not in site.pages:
+                storage.delete(key)
