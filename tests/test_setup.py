@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,6 +40,23 @@ def test_a_lake_named_singerlake_in_the_working_directory_does_not_shadow_the_pa
         timeout=120,
     )
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+def test_editable_installs_print_no_build_tool_warning_and_put_the_package_folders_on_the_path(tmp_path):
+    """The first `./dev demo` installs the three packages editable: no deprecated mode (setuptools' 'compat'
+    warns it will be removed), no import hook; each package's folder is on sys.path by a plain .pth."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "-e"]
+    for package in ("shared", "tap-singerlake", "target-singerlake"):
+        done = subprocess.run([*pip, str(REPO / package)], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        noise = [line for line in (done.stdout + done.stderr).splitlines() if re.search(r"setuptools|editable mode|transitional|deprecat|BuildBackendWarning", line, re.I)]
+        assert noise == [], noise
+    site = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True, text=True)
+    pth = {p.name: p.read_text().strip() for p in Path(site.stdout.strip()).glob("__editable__*.pth")}
+    assert sorted(pth.values()) == sorted(str(REPO / package) for package in ("shared", "tap-singerlake", "target-singerlake"))
 
 
 def test_lint_does_not_depend_on_a_lake_in_the_working_directory(tmp_path):
