@@ -143,6 +143,27 @@ def test_repair_rebuilds_deleted_metadata_equivalently_and_the_tap_replays_the_s
     assert verify(open_lake(lake), spark) == []
 
 
+def test_repair_of_a_lost_root_removes_the_old_roots_parts_and_verify_is_then_clean(local_lake, spark, monkeypatch):
+    """The rebuilt root names parts of its own: the lost root's parts are part of that stream's repair,
+    listed by the dry run and removed by --apply, so the next verify exits 0 (issue #24)."""
+    import singerlake.format.manifest as manifest_module
+
+    monkeypatch.setattr(manifest_module, "TAIL_FILE_BYTES", 900)  # a part every few files
+    land(local_lake.config, sample_input(), batch_max_rows=2)
+    paths = StreamPaths(TAP, "users")
+    old_parts = [key for key in local_lake.keys() if key.startswith(f"{paths.stream_dir}/_manifest/")]
+    assert old_parts, "the landing sealed parts"
+    local_lake.storage.delete(paths.manifest)
+
+    planned = {a.path: a.change for a in repair(open_lake(local_lake), spark)}
+    assert set(old_parts) <= set(planned) and all(planned[key].startswith("remove") for key in old_parts)
+    assert all(local_lake.storage.exists(key) for key in old_parts), "a dry run removes nothing"
+    repair(open_lake(local_lake), spark, apply=True)
+    assert not any(local_lake.storage.exists(key) for key in old_parts)
+    assert verify(open_lake(local_lake), spark) == []
+    assert run_cli(local_lake, "verify").returncode == 0
+
+
 def test_repair_leaves_orphans_of_a_valid_manifest_for_vacuum(local_lake, spark):
     land(local_lake.config, sample_input())
     files = local_lake.manifest("users")["files"]

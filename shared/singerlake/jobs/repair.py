@@ -16,7 +16,7 @@ from singerlake.commits.commit import compare_and_swap, write_manifest
 from singerlake.files.check import repair_files
 from singerlake.format import catalogue as cat
 from singerlake.format.datafile import CorruptFile
-from singerlake.format.layout import RAW, ROOT_METADATA, StreamPaths, catalogue_key
+from singerlake.format.layout import PART_DIR, PART_SUFFIX, RAW, ROOT_METADATA, StreamPaths, catalogue_key
 from singerlake.format.manifest import Manifest
 from singerlake.format.metadata import InvalidMetadata
 from singerlake.format.scan import data_file_keys, describe_file, manifest_from_described
@@ -24,6 +24,7 @@ from singerlake.jobs.runner import Failures, Progress, StreamFailure, by_stream,
 from singerlake.jobs.verify import Finding, read_manifest
 from singerlake.lake import Lake
 from singerlake.storage import NotFound, Storage
+from singerlake.times import now_ms
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,18 @@ def _rebuild(lake: Lake, tap_id: str, stream: str, plan: _StreamPlan, described:
     manifest = manifest_from_described(paths, [tuple(r["described"]) for _, r in described if "described" in r])
     manifest.start_generation()  # commits are renumbered: readers' old bookmarks must not apply
     actions = [Action(paths.manifest, f"rebuild from {len(manifest.files)} data files ({plan.problem.detail})"), *skipped]
+    started = now_ms()
+    old_parts = [info for info in lake.storage.list(f"{paths.stream_dir}/{PART_DIR}/") if info.key.endswith(PART_SUFFIX)]
     if apply:
         write_manifest(lake.storage, paths, manifest)  # sealed into parts as a 2.0 manifest (SPEC.md §5)
+    named = {paths.part(summary["id"]) for summary in manifest.parts}
+    for info in old_parts:
+        # The lost root's parts: the rebuilt root names none of them, and no reader can reach them.
+        # A part younger than this repair may be a live writer's seal: vacuum takes it if it stays unnamed.
+        if info.key not in named and info.mtime * 1000 < started:
+            actions.append(Action(info.key, "remove: a manifest part of the root this rebuild replaces"))
+            if apply:
+                lake.storage.delete(info.key)
     return manifest, actions
 
 
