@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import _s3_root_on
+from lakes import local_lake_at, s3_lake_at
 from singerlake.files import push as push_module
 from singerlake.files import spark_push
 from singerlake.files.push import Source
@@ -78,10 +80,6 @@ def push_many_over_the_cli(tmp_path: Path, root: str, count: int, options: dict 
     by_time = json.loads(ok(cli(root, "files", "--what", "photos", "--start", "2000-01-01", "--json", options=options)).stdout)
     assert sorted(r["id"] for r in by_time) == sorted(r["id"] for r in found)
 
-    again = json.loads(ok(cli(root, "push", str(tmp_path / "src" / "d3"), "--what", "photos", "--where", "cam-1", "--spark", "always",
-                              "--spark-master", "local[2]", "--json", options=options)).stdout)  # fmt: skip
-    assert again["pushed"] == [] and len(again["duplicates"]) == count // 8
-
 
 # -- push on Spark -----------------------------------------------------------------------------------
 def test_a_push_of_2000_files_runs_on_spark_executors_and_every_file_comes_back_whole(tmp_path):
@@ -89,17 +87,28 @@ def test_a_push_of_2000_files_runs_on_spark_executors_and_every_file_comes_back_
 
 
 @pytest.mark.heavy
-def test_a_push_of_2000_files_on_spark_into_an_s3_lake(tmp_path, s3_root):
-    url, options = s3_root
-    push_many_over_the_cli(tmp_path, url, 2000, options)
-
-
-def test_a_push_on_spark_into_an_s3_lake(tmp_path, moto_server):
+def test_a_push_on_spark_into_an_s3_lake_over_the_cli(tmp_path, s3_root):
     """The executors reach the bucket with the driver's options and the environment's keys."""
+    url, options = s3_root
+    push_many_over_the_cli(tmp_path, url, 500, options)
+
+
+def test_lake_push_on_spark_into_an_s3_lake(tmp_path, spark, moto_server):
+    """The storage travels to the executors pickled (its client dropped), keys and endpoint with it."""
     bucket = f"lake-{os.urandom(6).hex()}"
-    options = moto_server.options()
-    S3Storage(f"s3://{bucket}", **options).client.create_bucket(Bucket=bucket)
-    push_many_over_the_cli(tmp_path, f"s3://{bucket}/lake", 200, options)
+    storage = S3Storage(f"s3://{bucket}/lake", **moto_server.options())
+    storage.client.create_bucket(Bucket=bucket)
+    made = many_files(tmp_path / "src", 100)
+    lake = Lake(storage)
+    result = lake.push(tmp_path / "src", what="photos", where="cam-1", work_id="b1", spark=spark, use_spark="always")
+    assert result.spark["jobs"] == 1 and len(result.pushed) == 100
+    found = lake.find_files("photos", work_id="b1")
+    assert sorted(r["path"] for r in found) == sorted(made)
+    for record in found[::9]:
+        assert (
+            lake.fetch(record["id"], str(tmp_path / "out" / record["id"]))
+            and (tmp_path / "out" / record["id"]).read_bytes() == made[record["path"]]
+        )
 
 
 def test_auto_pushes_a_few_files_on_threads_without_starting_spark(tmp_path):
@@ -161,9 +170,10 @@ def files_lake(lake: Lake, directory: Path) -> dict[str, bytes]:
     return made
 
 
-@pytest.fixture
-def files_in(lake, tmp_path) -> tuple[Lake, dict, dict[str, str]]:
+@pytest.fixture(params=["local", "moto", pytest.param("seaweedfs", marks=pytest.mark.heavy)])
+def files_in(request, tmp_path) -> tuple[Lake, dict, dict[str, str]]:
     """A lake on each backend with ``files_lake``'s files, and the data source's options to reach it."""
+    lake = local_lake_at(tmp_path) if request.param == "local" else s3_lake_at(_s3_root_on(request))
     opened = Lake(lake.storage)
     made = files_lake(opened, tmp_path / "src")
     options = {f"s3_{name}": value for name, value in lake.storage.open_options().items()}
