@@ -155,6 +155,23 @@ def test_a_file_the_executors_cannot_read_fails_its_chunk_only(tmp_path, spark, 
     assert sorted(r["path"] for r in Lake(storage).find_files("w", work_id="r1")) == sorted(made)
 
 
+def test_the_same_bytes_in_two_chunks_of_a_spark_push_are_committed_once_and_fetchable(tmp_path, spark, monkeypatch):
+    made = many_files(tmp_path / "src", 3)
+    copy = tmp_path / "copy.log"
+    copy.write_bytes(made[sorted(made)[1]])
+    storage = open_storage(str(tmp_path / "lake"))
+    storage.check_writable()
+    sources = [Source(Path(p), len(made[p]), os.stat(p).st_mtime_ns, T0, None) for p in sorted(made)]
+    sources.append(Source(copy, copy.stat().st_size, copy.stat().st_mtime_ns, T0, None))
+    monkeypatch.setattr(spark_push, "COMMIT_FILES", 3)  # the copy alone in a second chunk, stored at once with the first
+    result = spark_push.push_on_spark(spark, storage, sources, what="w", where="x", work_id=None)
+    assert len(result.pushed) == 3 and [r["path"] for r in result.duplicates] == [str(copy)]
+    lake = Lake(storage)
+    record = lake.file_record(result.duplicates[0]["id"])  # its record file names the committed push
+    assert record["path"] == sorted(made)[1] and record["txn"] == result.pushed[0]["txn"]
+    assert len(list(storage.list("files/index/w/segments/"))) == 1
+
+
 # -- the data source ---------------------------------------------------------------------------------
 def files_lake(lake: Lake, directory: Path) -> dict[str, bytes]:
     """Files of two wheres over five days, two work ids, one spanning 40 days (the long/ bucket); path -> bytes."""

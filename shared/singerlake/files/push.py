@@ -57,11 +57,18 @@ class PushResult:
             doc["spark"] = self.spark
         return doc
 
-    def commit_chunk(self, storage: Storage, what: str, txn: str, stored: list[tuple[dict, bool]], seen: set[str]) -> None:
+    def commit_chunk(self, storage: Storage, what: str, txn: str, stored: list[tuple[dict, bool]], seen: dict[str, dict]) -> None:
         """Commit one chunk's newly stored records as segment ``txn``; a file already in the lake, or
-        met before in this push (``seen``: the ids committed so far), is a duplicate."""
+        met before in this push (``seen``: the records committed so far, by id), is a duplicate."""
         fresh: dict[str, dict] = {}
         for record, duplicate in stored:
+            if not duplicate and record["id"] in seen and record["txn"] != seen[record["id"]]["txn"]:
+                # Stored at once with an earlier chunk (a Spark push): its record file may name this
+                # chunk's txn, which does not hold it; it names the committed one again.
+                committed = seen[record["id"]]
+                storage.write(
+                    layout.record_key(record["id"]), json.dumps(committed, separators=(",", ":")).encode(), content_type="application/json"
+                )
             if duplicate or record["id"] in fresh or record["id"] in seen:
                 self.duplicates.append(record)
             else:
@@ -132,7 +139,7 @@ def push(
 
         return push_on_spark(session, storage, sources, what=what, where=where, work_id=work_id, progress=progress)
     result = PushResult()
-    seen: set[str] = set()
+    seen: dict[str, dict] = {}
     done = 0
     with ThreadPoolExecutor(storage.parallel_requests) as pool:
         for first in range(0, len(sources), COMMIT_FILES):

@@ -98,7 +98,7 @@ def push_on_spark(
         threads=storage.parallel_requests,
     )
     result = PushResult(spark={"jobs": 1, "tasks": math.ceil(len(items) / per_task), "worker_processes": len({o["pid"] for o in outcomes})})
-    seen: set[str] = set()
+    seen: dict[str, dict] = {}
     failed: list[str] = []
     first = 0
     for txn, chunk in zip(txns, chunks, strict=True):
