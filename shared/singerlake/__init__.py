@@ -11,7 +11,7 @@ The stable Python API is what this module exports; everything in the subpackages
 
     spark = singerlake.spark_session("local[*]")
     problems = singerlake.verify(lake, spark)          # also: repair, compact, project, vacuum, upgrade
-    singerlake.register_datasource(spark)              # spark.read.format("singerlake")
+    singerlake.register_datasource(spark)              # spark.read.format("singerlake") and "singerlake-files"
 
 The subpackages, from the bottom up: ``storage`` (local and S3 objects), ``format`` (names, layout,
 schema hash, data files, manifests, catalogues, record positions), ``commits`` (locks and fenced

@@ -161,14 +161,19 @@ class Lake:
         return update_manifest(self.storage, paths, change, seed=lambda: scan_stream(self.storage, paths), store=store)
 
     # -- any file (SPEC.md §14) ------------------------------------------------------------------
-    def push(self, paths, *, what: str, where: str, work_id: str | None = None, start=None, end=None, progress=None):
-        """Push files or directories; times as ms since the epoch or text (ISO 8601, ``now``, epoch s/ms)."""
+    def push(
+        self, paths, *, what: str, where: str, work_id: str | None = None, start=None, end=None, progress=None, spark=None, use_spark="auto"
+    ):
+        """Push files or directories; times as ms since the epoch or text (ISO 8601, ``now``, epoch s/ms).
+
+        ``spark``: a SparkSession; a push of ``files.push.SPARK_FILES`` files or more then stores
+        them on its executors (``use_spark="always"``: any push; ``"never"``: none)."""
         from singerlake.files.push import push
 
         paths = [paths] if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") else list(paths)
         return push(
             self.storage, paths, what=what, where=where, work_id=work_id,
-            start=_when(start, "start"), end=_when(end, "end"), progress=progress,
+            start=_when(start, "start"), end=_when(end, "end"), progress=progress, spark=spark, use_spark=use_spark,
         )  # fmt: skip
 
     def find_files(self, what, *, where: str = "", start=None, end=None, work_id: str | None = None) -> list[dict]:

@@ -243,13 +243,43 @@ def open_files_lake(args: argparse.Namespace) -> Lake:
 def cmd_push(args: argparse.Namespace) -> int:
     options = {"region": args.s3_region, "profile": args.s3_profile, "endpoint_url": args.s3_endpoint_url}
     lake = Lake.open(args.root, **options)
-    show = None if args.json else lambda done, total: print(f"singerlake push: {done:,}/{total:,} files", file=sys.stderr)
-    result = lake.push(args.paths, what=args.what, where=args.where, work_id=args.work_id, start=args.start, end=args.end, progress=show)
+    show = None if args.json else push_progress()
+    use_spark = "always" if args.spark == "auto" and (args.spark_master or args.spark_remote) else args.spark
+    spark = None if use_spark == "never" else lambda: start_push_spark(args, lake)  # started only for a push that runs on it
+    result = lake.push(
+        args.paths, what=args.what, where=args.where, work_id=args.work_id, start=args.start, end=args.end,
+        progress=show, spark=spark, use_spark=use_spark,
+    )  # fmt: skip
     lines = [f"pushed {r['id']} {r['path']} ({r['size']:,} bytes)" for r in result.pushed]
     lines += [f"already in the lake as {r['id']}: {r['path']}" for r in result.duplicates]
     lines.append(f"{len(result.pushed)} file(s) pushed, {len(result.duplicates)} already in the lake")
     emit(args, result.to_dict(), "\n".join(lines))
     return 0
+
+
+def push_progress():
+    """``singerlake push: 1,200/100,000 files`` on stderr: rewritten in place on a terminal, a line each otherwise."""
+    tty = sys.stderr.isatty()
+
+    def show(done: int, total: int) -> None:
+        start, end = ("\r", "\n" if done == total else "") if tty else ("", "\n")
+        print(f"{start}singerlake push: {done:,}/{total:,} files", end=end, file=sys.stderr, flush=True)
+
+    return show
+
+
+def start_push_spark(args: argparse.Namespace, lake: Lake):
+    """The session a push runs on, once the executors are known to reach the lake and the pushed files."""
+    from singerlake.spark.masters import runs_on_this_machine
+
+    check_lake_reachable(args, lake)
+    if not args.source_shared and not runs_on_this_machine(args.spark_master, args.spark_remote):
+        where = args.spark_remote or args.spark_master or "$SPARK_REMOTE"
+        raise ConfigError(
+            f"the files to push are on this machine's disk, but the Spark executors of {where} may run elsewhere and would not "
+            "read them: push with --spark never, or add --source-shared if every executor mounts them at the same path"
+        )
+    return start_spark(args)
 
 
 FILE_COLUMNS = ["id", "what", "where", "start_iso", "end_iso", "work_id", "size", "name"]
@@ -349,6 +379,8 @@ def parser() -> argparse.ArgumentParser:
 
 def add_files_commands(command) -> None:
     """push, files and fetch: any file, by what, where, time and work id (SPEC.md §14)."""
+    from singerlake.files.push import SPARK_FILES, SPARK_MODES
+
     push = command("push", cmd_push, "push files (or every file below a directory) with their metadata record")
     push.add_argument("paths", nargs="+", metavar="PATH", help="files or directories to push")
     push.add_argument("--what", required=True, help="the kind of file, ^[a-z0-9_-]+$ (e.g. nginx-access)")
@@ -356,6 +388,20 @@ def add_files_commands(command) -> None:
     push.add_argument("--work-id", help="an id to find the files by later, ^[a-z0-9_-]+$ (default none)")
     push.add_argument("--start", help=f"time of the first event: {TIME_HELP} (default the file's mtime)")
     push.add_argument("--end", help=f"time of the last event (default none: the file is an instant): {TIME_HELP}")
+    push.add_argument(
+        "--spark",
+        choices=SPARK_MODES,
+        default="auto",
+        help=f"store the files on Spark executors: auto (default) when there are {SPARK_FILES:,} or more or a --spark-master or "
+        "--spark-remote is given, always, or never (a thread pool here)",
+    )
+    push.add_argument(
+        "--source-shared",
+        action="store_true",
+        help="the pushed paths are mounted at the same path on every executor (NFS...): needed to push on a cluster, whose "
+        "executors read the files themselves (a local master shares this disk)",
+    )
+    add_spark_options(push)
     files = command("files", cmd_files, "the files of a what by time range, work id or latest; --json prints whole records")
     files.add_argument("--what", required=True, help="a what, or several separated by commas")
     files.add_argument("--where", default="", help="only wheres starting with this")

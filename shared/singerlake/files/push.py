@@ -3,7 +3,8 @@
 Small files are read once into memory; a large file is read twice, a first time for its hash (its
 id, hence its key) and a second time streamed to storage and hashed again, so a file that changed
 in between stores nothing. Many files go through a thread pool and commit in chunks, each chunk
-one segment: a file is visible whole or not at all.
+one segment: a file is visible whole or not at all. A push of SPARK_FILES files or more, given a
+Spark session, stores them on the executors instead (``spark_push``) and commits the same chunks.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from singerlake.errors import ConfigError, SingerlakeError
 from singerlake.files import index, layout
@@ -26,6 +28,8 @@ from singerlake.times import new_file_id
 SMALL_BYTES = 4 << 20  # read whole: one request per file, bounded memory per thread
 CHUNK_BYTES = 1 << 20
 COMMIT_FILES = 10_000  # records per segment: a day's query reads segments of bounded size
+SPARK_FILES = 20_000  # a push of this many files runs on Spark when it has a session (use_spark="auto")
+SPARK_MODES = ("auto", "always", "never")
 
 
 class FileChanged(SingerlakeError):
@@ -45,9 +49,34 @@ class Source:
 class PushResult:
     pushed: list[dict] = field(default_factory=list)  # records newly committed
     duplicates: list[dict] = field(default_factory=list)  # already in the lake: the records found there
+    spark: dict | None = None  # a push run on Spark: {"jobs", "tasks", "worker_processes"}
 
     def to_dict(self) -> dict:
-        return {"pushed": self.pushed, "duplicates": self.duplicates}
+        doc = {"pushed": self.pushed, "duplicates": self.duplicates}
+        if self.spark is not None:
+            doc["spark"] = self.spark
+        return doc
+
+    def commit_chunk(self, storage: Storage, what: str, txn: str, stored: list[tuple[dict, bool]], seen: dict[str, dict]) -> None:
+        """Commit one chunk's newly stored records as segment ``txn``; a file already in the lake, or
+        met before in this push (``seen``: the records committed so far, by id), is a duplicate."""
+        fresh: dict[str, dict] = {}
+        for record, duplicate in stored:
+            if not duplicate and record["id"] in seen and record["txn"] != seen[record["id"]]["txn"]:
+                # Stored at once with an earlier chunk (a Spark push): its record file may name this
+                # chunk's txn, which does not hold it; it names the committed one again.
+                committed = seen[record["id"]]
+                storage.write(
+                    layout.record_key(record["id"]), json.dumps(committed, separators=(",", ":")).encode(), content_type="application/json"
+                )
+            if duplicate or record["id"] in fresh or record["id"] in seen:
+                self.duplicates.append(record)
+            else:
+                fresh[record["id"]] = record
+        if fresh:
+            index.commit(storage, what, txn, list(fresh.values()))
+            self.pushed.extend(fresh.values())
+            seen.update(fresh)
 
 
 def gather(paths: list[str | os.PathLike], start: int | None, end: int | None) -> list[Source]:
@@ -90,31 +119,49 @@ def push(
     start: int | None = None,
     end: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    spark: Any = None,
+    use_spark: str = "auto",
 ) -> PushResult:
-    """Push files (times in ms since the epoch; ``start`` defaults to each file's mtime)."""
+    """Push files (times in ms since the epoch; ``start`` defaults to each file's mtime).
+
+    ``spark``: a SparkSession, or a function starting one when the push needs it. ``use_spark``:
+    ``auto`` runs a push of SPARK_FILES files or more on Spark when ``spark`` is given, ``always``
+    every push (a local session is started when ``spark`` is None), ``never`` none.
+    """
+    if use_spark not in SPARK_MODES:
+        raise ConfigError(f"use_spark={use_spark!r}: expected one of {', '.join(SPARK_MODES)}")
     check_labels(what, where, work_id)
     sources = sorted(gather(paths, start, end), key=lambda s: (s.start, str(s.path)))
     storage.check_writable()
+    session = _session_for(spark, use_spark, len(sources))
+    if session is not None:
+        from singerlake.files.spark_push import push_on_spark
+
+        return push_on_spark(session, storage, sources, what=what, where=where, work_id=work_id, progress=progress)
     result = PushResult()
+    seen: dict[str, dict] = {}
     done = 0
     with ThreadPoolExecutor(storage.parallel_requests) as pool:
         for first in range(0, len(sources), COMMIT_FILES):
             chunk = sources[first : first + COMMIT_FILES]
             txn = new_file_id()
             stored = list(pool.map(functools.partial(_store_in, storage, what, where, work_id, txn), chunk))
-            fresh: dict[str, dict] = {}
-            for record, duplicate in stored:
-                if duplicate or record["id"] in fresh:
-                    result.duplicates.append(record)
-                else:
-                    fresh[record["id"]] = record
-            if fresh:
-                index.commit(storage, what, txn, list(fresh.values()))
-                result.pushed.extend(fresh.values())
+            result.commit_chunk(storage, what, txn, stored, seen)
             done += len(chunk)
             if progress:
                 progress(done, len(sources))
     return result
+
+
+def _session_for(spark: Any, use_spark: str, files: int):
+    """The SparkSession a push of ``files`` files runs on, or None for the thread pool."""
+    if use_spark == "never" or (use_spark == "auto" and (spark is None or files < SPARK_FILES)):
+        return None
+    if spark is None:
+        from singerlake.spark.session import spark_session
+
+        return spark_session(app_name="singerlake push")
+    return spark if hasattr(spark, "createDataFrame") else spark()
 
 
 def _store_in(storage: Storage, what: str, where: str, work_id: str | None, txn: str, source: Source) -> tuple[dict, bool]:

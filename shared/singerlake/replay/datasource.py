@@ -60,11 +60,14 @@ def columns(json_schema: dict, needs: dict[str, Need]) -> T.StructType:
 
 
 def register(spark) -> None:
-    """Make ``format("singerlake")`` available on ``spark``; a cluster's executors get the core shipped."""
+    """Make ``format("singerlake")`` (lake streams) and ``format("singerlake-files")`` (the index of
+    pushed files, ``files.datasource``) available on ``spark``; a cluster's executors get the core shipped."""
+    from singerlake.files.datasource import FilesDataSource
     from singerlake.spark.executors import prepare_executors
 
     prepare_executors(spark)
     spark.dataSource.register(SingerlakeDataSource)
+    spark.dataSource.register(FilesDataSource)
 
 
 class SingerlakeDataSource(DataSource):

@@ -21,7 +21,14 @@ from singerlake.spark.masters import is_local_master
 
 # What executors import: third-party modules (with the distribution to install for each), then ours.
 LIBRARIES = {"pyarrow": "pyarrow", "boto3": "boto3", "smart_open": "smart-open[s3]", "farmhash": "pyfarmhash", "msgspec": "msgspec"}
-CORE_MODULES = ("singerlake.landing.spark_write", "singerlake.jobs.runner", "singerlake.storage.s3", "singerlake.replay.datasource")
+CORE_MODULES = (
+    "singerlake.landing.spark_write",
+    "singerlake.jobs.runner",
+    "singerlake.storage.s3",
+    "singerlake.replay.datasource",
+    "singerlake.files.spark_push",
+    "singerlake.files.datasource",
+)
 
 
 class ExecutorsNotReady(SingerlakeError, RuntimeError):

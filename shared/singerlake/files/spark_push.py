@@ -1,0 +1,115 @@
+"""Pushing many files on Spark (SPEC.md §14): the per-file work on the executors, the commits on the driver.
+
+The driver gathers the files (path, size, mtime, span) as the threaded push does, cuts them into
+the same chunks of COMMIT_FILES and draws one txn per chunk. One Spark job (``jobs.runner.run_items``:
+one DataFrame row per file, a task per few hundred files, each task storing several at once) runs
+``push.store`` on the executors: read, hash, store the bytes create-only, write the record. Only
+the records come back, as JSON; the driver then commits each chunk whose files were all stored,
+with ``index.commit`` (pointers, then the segment: the commit point), exactly as the threaded push.
+
+The executors read each file at the path the driver saw: on a local master they share this
+machine's disk; a cluster's executors must mount the pushed paths at the same place (the CLI asks
+for ``--source-shared``). A task that fails and is retried stores the same bytes under the same
+key and rewrites the same record (same txn): nothing is committed twice.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from singerlake.errors import SingerlakeError, one_line
+from singerlake.files.push import COMMIT_FILES, PushResult, Source, store
+from singerlake.jobs.runner import Progress, run_items
+from singerlake.spark.executors import default_parallelism
+from singerlake.storage import Storage
+from singerlake.times import new_file_id
+
+TASKS_PER_CORE = 4  # tasks finish at different times: a few per core keep every core busy to the end
+MIN_FILES_PER_TASK = 32
+MAX_FILES_PER_TASK = 1000  # progress moves at least every thousand files; a failed task redoes at most as many
+
+
+class PushFailed(SingerlakeError):
+    """Some files could not be stored; the chunks without such a file were committed."""
+
+
+class _Reporter(Progress):
+    """The runner's progress polling, reported to a push's ``progress(done, total)`` when it moves."""
+
+    def __init__(self, report: Callable[[int, int], None]):
+        super().__init__("push", enabled=True)
+        self.report = report
+        self.last = -1
+
+    def show(self, files: int, total_files: int, done_bytes: int, total_bytes: int) -> None:
+        if files != self.last:
+            self.last = files
+            self.report(files, total_files)
+
+    def done(self) -> None:
+        pass
+
+
+def files_per_task(files: int, cores: int) -> int:
+    return max(MIN_FILES_PER_TASK, min(MAX_FILES_PER_TASK, math.ceil(files / (TASKS_PER_CORE * cores))))
+
+
+def store_item(storage: Storage, what: str, where: str, work_id: str | None, item: dict) -> dict:
+    """Executor side: ``push.store`` of one file; its failure (a file that changed, that is not
+    there, that cannot be read) is its result, so the other files are still committed."""
+    source = Source(Path(item["path"]), item["size"], item["mtime_ns"], item["start"], item["end"])
+    try:
+        record, duplicate = store(storage, source, what, where, work_id, item["txn"])
+    except (SingerlakeError, OSError) as exc:
+        return {"failed": f"{item['path']}: {one_line(exc)}", "pid": os.getpid()}
+    return {"record": record, "duplicate": duplicate, "pid": os.getpid()}
+
+
+def push_on_spark(
+    spark,
+    storage: Storage,
+    sources: list[Source],
+    *,
+    what: str,
+    where: str,
+    work_id: str | None,
+    progress: Callable[[int, int], None] | None = None,
+) -> PushResult:
+    """Store ``sources`` (in push order) on the executors in one Spark job, then commit their chunks."""
+    chunks = [sources[first : first + COMMIT_FILES] for first in range(0, len(sources), COMMIT_FILES)]
+    txns = [new_file_id() for _ in chunks]
+    items = [
+        {"path": str(s.path), "size": s.size, "mtime_ns": s.mtime_ns, "start": s.start, "end": s.end, "txn": txns[n]}
+        for n, chunk in enumerate(chunks)
+        for s in chunk
+    ]
+    per_task = files_per_task(len(items), default_parallelism(spark))
+    outcomes = run_items(
+        spark,
+        items,
+        functools.partial(store_item, storage, what, where, work_id),
+        progress=_Reporter(progress) if progress else None,
+        sizes=[s.size for s in sources],
+        items_per_task=per_task,
+        threads=storage.parallel_requests,
+    )
+    result = PushResult(spark={"jobs": 1, "tasks": math.ceil(len(items) / per_task), "worker_processes": len({o["pid"] for o in outcomes})})
+    seen: dict[str, dict] = {}
+    failed: list[str] = []
+    first = 0
+    for txn, chunk in zip(txns, chunks, strict=True):
+        mine = outcomes[first : first + len(chunk)]
+        first += len(chunk)
+        problems = [o["failed"] for o in mine if "failed" in o]
+        if problems:
+            failed.extend(problems)
+            continue  # its stored bytes and records stay invisible (SPEC.md §14); pushing again commits them
+        result.commit_chunk(storage, what, txn, [(o["record"], o["duplicate"]) for o in mine], seen)
+    if failed:
+        committed = f"{len(result.pushed):,} file(s) committed" if result.pushed else "nothing committed"
+        raise PushFailed(f"{len(failed):,} file(s) could not be pushed ({committed}; push again to commit the rest): {failed[0]}")
+    return result
