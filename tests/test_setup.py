@@ -52,7 +52,8 @@ def test_editable_installs_print_no_build_tool_warning_and_put_the_package_folde
     for package in ("shared", "tap-singerlake", "target-singerlake"):
         done = subprocess.run([*pip, str(REPO / package)], capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
-        noise = [line for line in (done.stdout + done.stderr).splitlines() if re.search(r"setuptools|editable mode|transitional|deprecat|BuildBackendWarning", line, re.I)]
+        warning = re.compile(r"setuptools|editable mode|transitional|deprecat|BuildBackendWarning", re.I)
+        noise = [line for line in (done.stdout + done.stderr).splitlines() if warning.search(line)]
         assert noise == [], noise
     site = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True, text=True)
     pth = {p.name: p.read_text().strip() for p in Path(site.stdout.strip()).glob("__editable__*.pth")}
