@@ -18,6 +18,8 @@ from datetime import date, datetime, timezone
 from decimal import Context, Decimal, Inexact, InvalidOperation
 from typing import Any
 
+from singerlake.errors import SingerlakeError
+
 MAX_DIGITS = 38  # decimal128
 INT64 = (-(2**63), 2**63 - 1)
 LONG_DIGITS = 19
@@ -280,3 +282,22 @@ def parse_date(value: Any) -> date | None:
         return date.fromisoformat(value) if isinstance(value, str) and len(value) == 10 else None
     except ValueError:
         return None
+
+
+class ProjectionError(SingerlakeError, ValueError):
+    """Records that cannot be typed as their table says; the message names the column at fault."""
+
+
+def typed_table(properties: dict, types: dict, records: list[dict]):
+    """The published rows: one column per property, typed by ``exact``; a failure names its column."""
+    import pyarrow as pa
+
+    schema = table_schema(properties, types)
+    columns = []
+    for name, spec in properties.items():
+        convert = converter(spec, types.get(name))
+        try:
+            columns.append(pa.array([convert(record.get(name)) for record in records], column_type(spec, types.get(name))))
+        except (pa.ArrowException, ArithmeticError, TypeError, ValueError) as exc:
+            raise ProjectionError(f"column {name!r}: {' '.join(str(exc).split())}") from None
+    return pa.Table.from_arrays(columns, schema=schema)

@@ -33,9 +33,9 @@ from dataclasses import field as dataclass_field
 from itertools import islice
 from typing import Any
 
-from singerlake.errors import ConfigError, SingerlakeError
+from singerlake.errors import ConfigError
 from singerlake.format.catalogue import replay_schema
-from singerlake.format.exact import column_type, converter, decode, join_all, json_text, json_value, records_needs, table_schema
+from singerlake.format.exact import decode, join_all, json_text, json_value, records_needs, table_schema, typed_table
 from singerlake.format.manifest import Manifest
 from singerlake.format.messages import decode_envelope
 from singerlake.format.names import encode_segment
@@ -68,10 +68,6 @@ STAGING_SCHEMA = (
     "_key string, _singerlake_commit long, _singerlake_index long, _singerlake_version string, _singerlake_time long, _record string"
 )
 NO_TIME = -(2**63)  # a row without a record time loses to any row with one (the window's nulls last)
-
-
-class ProjectionError(SingerlakeError, ValueError):
-    """A stream that cannot be projected; the message names the column at fault."""
 
 
 def staging_schema():
@@ -155,21 +151,6 @@ def write_staging(storage: Storage, prefix: str, staging, properties: dict, reco
     storage.write(key, buffer.getvalue(), if_none_match=True)
     records = records if records is not None else records_of(staging)
     return {"staging": key, "rows": staging.num_rows, "needs": needs_of(properties, records)}
-
-
-def typed_table(properties: dict, types: dict, records: list[dict]):
-    """The published rows: one column per property, typed by ``exact``; a failure names its column."""
-    import pyarrow as pa
-
-    schema = table_schema(properties, types)
-    columns = []
-    for name, spec in properties.items():
-        convert = converter(spec, types.get(name))
-        try:
-            columns.append(pa.array([convert(record.get(name)) for record in records], column_type(spec, types.get(name))))
-        except (pa.ArrowException, ArithmeticError, TypeError, ValueError) as exc:
-            raise ProjectionError(f"column {name!r}: {' '.join(str(exc).split())}") from None
-    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def publish(storage: Storage, table: str, part: dict, properties: dict, types: dict, csv: bool, records: list[dict] | None = None) -> dict:

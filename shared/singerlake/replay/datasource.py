@@ -37,7 +37,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from singerlake.errors import ConfigError
 from singerlake.format.catalogue import replay_schema
 from singerlake.format.datafile import open_data_file
-from singerlake.format.exact import Need, decode, join_all, records_needs
+from singerlake.format.exact import Need, decode, join_all, records_needs, typed_table
 from singerlake.format.manifest import Manifest
 from singerlake.format.positions import Position, already_replayed, check_bookmark, entry_runs
 from singerlake.lake import Lake
@@ -201,8 +201,6 @@ def file_batches(storage: Storage, schema: T.StructType, properties: dict, needs
     ``exact`` (the projection's ``typed_table``), then POSITION_COLUMNS."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
-
-    from singerlake.jobs.project import typed_table
 
     target = to_arrow_schema(schema, timezone="UTC")
     for chunk in planned_messages(storage, file):
