@@ -621,7 +621,9 @@ def cli_env(root: Root) -> dict:
 
 
 # -- 7. kill -9 at any moment: nothing half visible ------------------------------------------------------
-def check_nothing_half_visible(root: Root, files: dict[str, bytes], first_ms: int, end_ms: int, days: int) -> list[dict]:
+def check_nothing_half_visible(
+    root: Root, files: dict[str, bytes], first_ms: int, end_ms: int, days: int, fetch_at_most: int
+) -> list[dict]:
     lake = root.lake
     storage = root.storage
     visible = lake.find_files("batch", start=first_ms, end=end_ms)
@@ -634,6 +636,7 @@ def check_nothing_half_visible(root: Root, files: dict[str, bytes], first_ms: in
         assert record["id"] in by_work, "found by its work id"
         for d in range((record["start"] - first_ms) // DAY, (record["end"] - first_ms) // DAY + 1):
             assert record["id"] in by_day[d], f"found on day {d} of its span"
+    for record in random.sample(visible, min(fetch_at_most, len(visible))):
         committed = lake.file_record(record["id"])  # fetchable: its record names a committed push
         assert committed["key"] == record["key"]
 
@@ -664,7 +667,7 @@ SMALL_COMMITS_CLI = [
 @pytest.mark.parametrize("kind", ["local", "moto"])
 def test_a_push_killed_at_any_moment_leaves_nothing_half_visible(request, tmp_path, kind):
     root = root_on(request, kind, tmp_path)
-    count = 3000 if kind == "local" else 600
+    count = 3000 if kind == "local" else 400
     days = 10
     files = make_files(tmp_path / "src", count, "k", BASE + 3_600_000, (days - 2) * DAY // count)
     end_ms = BASE + days * DAY - 7_200_000  # every file spans from its mtime to here: many days, across midnights
@@ -674,16 +677,24 @@ def test_a_push_killed_at_any_moment_leaves_nothing_half_visible(request, tmp_pa
     env = cli_env(root)
     rng = random.Random(int(os.environ.get("KILL_SEED", "22")))
     seen: list[int] = []
-    for _ in range(5):
+    for round_number in range(6):
+        before = len(root.segments())
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        time.sleep(rng.uniform(0.3, 2.5))
+        if round_number % 2:  # any moment: often before the first commit, while bytes and records are stored
+            time.sleep(rng.uniform(0.2, 1.5))
+        else:  # just after a commit, a little into the next chunk
+            while len(root.segments()) == before and process.poll() is None:
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0, 0.3))
         process.send_signal(signal.SIGKILL)
         process.wait()
-        visible = check_nothing_half_visible(root, files, BASE, end_ms, days)
+        visible = check_nothing_half_visible(root, files, BASE, end_ms, days, count if kind == "local" else 40)
         seen.append(len(visible))
+    print(f"files visible after each kill: {seen}")
+    assert any(0 < n < count for n in seen), f"some kill landed halfway through the push: {seen}"
     final = subprocess.run(command, capture_output=True, env=env)
     assert final.returncode == 0, final.stderr.decode()[-2000:]
-    visible = check_nothing_half_visible(root, files, BASE, end_ms, days)
+    visible = check_nothing_half_visible(root, files, BASE, end_ms, days, count)
     assert sorted(r["path"] for r in visible) == sorted(files), f"every file indexed after the rerun (seen after kills: {seen})"
     entries = committed_entries(root)
     assert sorted(entries) == sorted({r["id"] for r in visible}), "each file committed exactly once"
