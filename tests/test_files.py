@@ -698,3 +698,39 @@ def test_a_push_killed_at_any_moment_leaves_nothing_half_visible(request, tmp_pa
     assert sorted(r["path"] for r in visible) == sorted(files), f"every file indexed after the rerun (seen after kills: {seen})"
     entries = committed_entries(root)
     assert sorted(entries) == sorted({r["id"] for r in visible}), "each file committed exactly once"
+
+
+# -- latest weighs the long bucket against the newest day ---------------------------------------------
+def push_one(lake: Lake, directory: Path, name: str, start: str, end: str | None, what: str = "scans") -> dict:
+    path = directory / name
+    path.write_bytes(name.encode())
+    time.sleep(0.003)  # a later push has a later `created`
+    return lake.push(path, what=what, where="web", start=start, end=end).pushed[0]
+
+
+def test_latest_weighs_files_of_the_long_bucket_against_the_newest_day(tmp_path):
+    lake = Root("local", str(tmp_path / "lake")).lake
+    push_one(lake, tmp_path, "day.txt", "2024-03-05T08:00:00Z", "2024-03-05T10:00:00Z")
+    long = push_one(lake, tmp_path, "long.txt", "2024-01-01T00:00:00Z", "2024-03-05T18:00:00Z")
+    assert lake.latest_file("scans")["id"] == long["id"], "a long file ending after the newest day's files is the latest"
+    later = push_one(lake, tmp_path, "later.txt", "2024-03-05T20:00:00Z", None)
+    assert lake.latest_file("scans")["id"] == later["id"]
+
+
+def test_latest_breaks_a_tie_at_the_last_ms_of_a_day_by_the_later_push(tmp_path):
+    """A long file and an instant both at 23:59:59.999: the one pushed later is the latest (SPEC.md §14)."""
+    lake = Root("local", str(tmp_path / "lake")).lake
+    push_one(lake, tmp_path, "long.txt", "2024-01-01T00:00:00Z", "2024-03-05T23:59:59.999Z")
+    instant = push_one(lake, tmp_path, "instant.txt", "2024-03-05T23:59:59.999Z", None)
+    assert lake.latest_file("scans")["id"] == instant["id"]
+
+
+def test_fetching_two_files_to_one_name_is_refused_before_writing(tmp_path):
+    root = Root("local", str(tmp_path / "lake"))
+    first = push_one(root.lake, tmp_path, "a.txt", "2024-03-05T08:00:00Z", None)
+    second = push_one(root.lake, tmp_path, "b.txt", "2024-03-05T08:00:00Z", None)
+    out = tmp_path / "out"
+    result = root.cli("fetch", first["id"], second["id"], "--out", str(out), "--name", "{where}/{what}-{start_iso}", check=False)
+    err = result.stderr.decode()
+    assert result.returncode == 2 and len(err.strip().splitlines()) == 1 and "web/scans-2024-03-05T08:00:00.000Z" in err, err
+    assert not out.exists() or not any(out.rglob("*")), "nothing fetched: one file would have overwritten the other"

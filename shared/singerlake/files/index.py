@@ -100,8 +100,8 @@ def latest(storage: Storage, what: str, where: str = "") -> dict | None:
     longest = [r for r in _records_of(storage, what, _txns(storage, layout.long_dir(what))) if r["where"].startswith(where)]
     best = max(longest, key=_newness, default=None)
     for day in reversed(storage.list_dirs(f"{layout.index_dir(what)}/day/")):
-        if best is not None and last_time(best) >= _day_end(day):
-            break  # nothing in this day or before can be newer
+        if best is not None and last_time(best) > _day_end(day):
+            break  # nothing in this day or before can be newer (one ending at its last ms may tie, and win by `created`)
         found = [r for r in _records_of(storage, what, _txns(storage, layout.day_dir(what, day))) if r["where"].startswith(where)]
         if found:
             return max([*found, *([best] if best else [])], key=_newness)
