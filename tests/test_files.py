@@ -734,3 +734,21 @@ def test_fetching_two_files_to_one_name_is_refused_before_writing(tmp_path):
     err = result.stderr.decode()
     assert result.returncode == 2 and len(err.strip().splitlines()) == 1 and "web/scans-2024-03-05T08:00:00.000Z" in err, err
     assert not out.exists() or not any(out.rglob("*")), "nothing fetched: one file would have overwritten the other"
+
+
+def test_push_times_now_seconds_ms_and_the_default_mtime(tmp_path):
+    root = Root("local", str(tmp_path / "lake"))
+    path = tmp_path / "a.txt"
+    path.write_bytes(b"a")
+    mtime_ms = BASE + 12_345
+    os.utime(path, ns=(mtime_ms * 1_000_000, mtime_ms * 1_000_000))
+    pushed = root.cli_json("push", str(path), "--what", "t", "--where", "w")["pushed"][0]
+    assert (pushed["start"], pushed["end"], pushed["end_iso"]) == (mtime_ms, None, None), "no --start: the file's mtime, an instant"
+    for typed, expected in (("99999999999", 99_999_999_999_000), ("100000000001", 100_000_000_001), ("1709251200.5", BASE + 500)):
+        path.write_bytes(typed.encode())  # new bytes, so a new file
+        pushed = root.cli_json("push", str(path), "--what", "t", "--where", "w", "--start", typed)["pushed"][0]
+        assert pushed["start"] == expected, typed
+    path.write_bytes(b"now")
+    before = int(time.time() * 1000)
+    pushed = root.cli_json("push", str(path), "--what", "t", "--where", "w", "--start", "2024-01-01", "--end", "now")["pushed"][0]
+    assert before <= pushed["end"] <= int(time.time() * 1000) and pushed["start_iso"] == "2024-01-01T00:00:00.000Z"
