@@ -266,7 +266,8 @@ def test_cli_queries_match_brute_force(root, tmp_path):
     assert by_name["c.log"]["start"] == BASE + 3 * DAY + 5 and by_name["f.log"]["start_iso"] == "2024-03-10T08:00:00.000Z"
     assert root.keys("files/index/photo/long/"), "a span over 31 days goes to the long bucket"
 
-    for whats, where, start, end in CLI_QUERIES:
+    on_s3 = root.kind != "local"  # the API's property test covers S3's answers; here a few CLI round trips
+    for whats, where, start, end in [q for n, q in enumerate(CLI_QUERIES) if not on_s3 or n in (0, 2, 3)]:
         found = root.cli_json("files", "--what", whats, "--where", where, "--start", start, "--end", end)
         first, last_ms = _ms(start), _ms(end)
         assert {r["id"] for r in found} == expected_by_time(records, whats.split(","), where, first, last_ms), (whats, where, start, end)
@@ -276,7 +277,7 @@ def test_cli_queries_match_brute_force(root, tmp_path):
         ("nginx-access,photo", "", "run_2"),
         ("nginx-access", "web0", "run-1"),
         ("photo", "web", "run_2"),
-    ):
+    )[: 2 if on_s3 else 4]:
         found = root.cli_json("files", "--what", whats, "--where", where, "--work-id", work_id)
         assert {r["id"] for r in found} == expected_by_work_id(records, whats.split(","), where, work_id)
     for where, names in (("", ["f.log", "d.jpg"]), ("web", ["c.log", "e.jpg"])):  # one per what
