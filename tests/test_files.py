@@ -753,3 +753,22 @@ def test_push_times_now_seconds_ms_and_the_default_mtime(tmp_path):
     before = int(time.time() * 1000)
     pushed = root.cli_json("push", str(path), "--what", "t", "--where", "w", "--start", "2024-01-01", "--end", "now")["pushed"][0]
     assert before <= pushed["end"] <= int(time.time() * 1000) and pushed["start_iso"] == "2024-01-01T00:00:00.000Z"
+
+
+def test_a_file_found_by_a_query_stays_fetchable_when_a_racing_push_of_its_bytes_died(tmp_path):
+    """Two pushes of the same bytes at once: P2 finds the data stored but P1's push not yet committed, so
+    it writes its own record (txn2) over P1's; P1 commits, P2 is killed before its segment. The file is
+    in the index (P1's segment) but its record names txn2, which never committed."""
+    root = Root("local", str(tmp_path / "lake"))
+    (tmp_path / "a.txt").write_bytes(b"pushed twice at once")
+    record = root.lake.push(tmp_path / "a.txt", what="logs", where="web", start=BASE).pushed[0]
+    key = f"files/ids/{record['id'][:2]}/{record['id']}.json"
+    root.storage.write(key, json.dumps({**record, "txn": "f" * 32}).encode())  # what P2 left behind
+    assert [r["id"] for r in root.lake.find_files("logs", start=BASE, end=BASE)] == [record["id"]]
+    fetched = root.cli("fetch", record["id"], "--out", "-", check=False)
+    assert fetched.returncode == 0 and fetched.stdout == b"pushed twice at once"
+    assert root.lake.file_record(record["id"]) == record, "the committed record, from its segment"
+    (tmp_path / "b.txt").write_bytes(b"never committed")
+    never = root.lake.push(tmp_path / "b.txt", what="logs", where="web", start=BASE).pushed[0]
+    root.storage.delete(f"files/index/logs/segments/{never['txn']}.json.gz")  # as if killed just before its commit
+    assert root.cli("fetch", never["id"], "--out", "-", check=False).returncode == 2, "a file never committed is still not fetchable"

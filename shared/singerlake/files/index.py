@@ -133,4 +133,10 @@ def committed_record(storage: Storage, file_id: str) -> dict | None:
         return None
     except ValueError as exc:
         raise InvalidMetadata(f"{storage.url_of(key)}: not JSON: {exc}") from None
-    return record if segment_exists(storage, record["what"], record["txn"]) else None
+    if segment_exists(storage, record["what"], record["txn"]):
+        return record
+    # A push of the same bytes racing one that committed them may have written this record over the
+    # committed one and died before its own segment: the file is then in a segment of its first bucket.
+    what, days = record["what"], days_between(record["start"], last_time(record))
+    first_bucket = layout.long_dir(what) if len(days) > layout.LONG_SPAN_DAYS else layout.day_dir(what, days[0])
+    return next((r for r in _records_of(storage, what, _txns(storage, first_bucket)) if r["id"] == file_id), None)
