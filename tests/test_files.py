@@ -645,6 +645,8 @@ def check_nothing_half_visible(
         copy_verified(storage, committed, copy)
         assert copy.getvalue() == files[record["path"]]
     assert set().union(*by_day) <= set(ids) and by_work <= set(ids), "no query finds what the others miss"
+    newest = lake.latest_file("batch")
+    assert (newest["id"] if newest else None) in (expected_latest(visible, "batch", "") or {None}), "latest is a visible file"
     return visible
 
 
