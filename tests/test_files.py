@@ -216,7 +216,7 @@ def test_queries_match_brute_force_on_a_local_lake(tmp_path, files, queries):
     run_property(Root("local", str(tmp_path / "lake")), tmp_path, files, queries)
 
 
-@settings(PROPERTY, max_examples=5)
+@settings(PROPERTY, max_examples=4)
 @given(files=files_strategy, queries=queries_strategy)
 def test_queries_match_brute_force_on_s3(s3_lake_root, tmp_path, files, queries):
     run_property(s3_lake_root, tmp_path, files, queries)
