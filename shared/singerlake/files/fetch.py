@@ -79,9 +79,15 @@ def fetch(storage: Storage, records: list[dict], out: str | None, template: str 
         fetch_to_path(storage, records[0], Path(out))
         return [(records[0], out)]
     directory = Path(out or ".")
+    targets = [directory / name_for(record, template) for record in records]
+    named: dict[Path, str] = {}
+    for record, target in zip(records, targets, strict=True):
+        if named.setdefault(target, record["id"]) != record["id"]:
+            raise ConfigError(
+                f"--name {template!r} gives {target} to both {named[target]} and {record['id']}: add {{id}} or {{name}} to it"
+            )
     written = []
-    for record in records:
-        target = directory / name_for(record, template)
+    for record, target in zip(records, targets, strict=True):
         fetch_to_path(storage, record, target)
         written.append((record, str(target)))
     return written

@@ -100,8 +100,8 @@ def latest(storage: Storage, what: str, where: str = "") -> dict | None:
     longest = [r for r in _records_of(storage, what, _txns(storage, layout.long_dir(what))) if r["where"].startswith(where)]
     best = max(longest, key=newness, default=None)
     for day in reversed(storage.list_dirs(f"{layout.index_dir(what)}/day/")):
-        if best is not None and last_time(best) >= _day_end(day):
-            break  # nothing in this day or before can be newer
+        if best is not None and last_time(best) > _day_end(day):
+            break  # nothing in this day or before can be newer (one ending at its last ms may tie, and win by `created`)
         found = [r for r in _records_of(storage, what, _txns(storage, layout.day_dir(what, day))) if r["where"].startswith(where)]
         if found:
             return max([*found, *([best] if best else [])], key=newness)
@@ -138,4 +138,10 @@ def committed_record(storage: Storage, file_id: str) -> dict | None:
         return None
     except ValueError as exc:
         raise InvalidMetadata(f"{storage.url_of(key)}: not JSON: {exc}") from None
-    return record if segment_exists(storage, record["what"], record["txn"]) else None
+    if segment_exists(storage, record["what"], record["txn"]):
+        return record
+    # A push of the same bytes racing one that committed them may have written this record over the
+    # committed one and died before its own segment: the file is then in a segment of its first bucket.
+    what, days = record["what"], days_between(record["start"], last_time(record))
+    first_bucket = layout.long_dir(what) if len(days) > layout.LONG_SPAN_DAYS else layout.day_dir(what, days[0])
+    return next((r for r in _records_of(storage, what, _txns(storage, first_bucket)) if r["id"] == file_id), None)
