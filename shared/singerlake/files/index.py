@@ -84,8 +84,14 @@ def _listings(storage: Storage, directories: list[str]) -> list[str]:
 
 
 def by_time(storage: Storage, what: str, start: int, end: int, where: str = "") -> list[dict]:
-    """Files of ``what`` whose span overlaps ``[start, end]`` (ms), of the wheres starting with ``where``."""
-    directories = [layout.day_dir(what, day) for day in days_between(start, end)] + [layout.long_dir(what)]
+    """Files of ``what`` whose span overlaps ``[start, end]`` (ms), of the wheres starting with ``where``.
+    A range of more than LONG_SPAN_DAYS lists the days that have pointers first (one request per
+    1,000 days) instead of asking each day of the range."""
+    days = days_between(start, end)
+    if len(days) > layout.LONG_SPAN_DAYS:
+        present = storage.list_dirs(f"{layout.index_dir(what)}/day/")
+        days = [day for day in present if days[0] <= day <= days[-1]]
+    directories = [layout.day_dir(what, day) for day in days] + [layout.long_dir(what)]
     found = _records_of(storage, what, _listings(storage, directories))
     return _sorted(r for r in found if r["where"].startswith(where) and overlaps(r, start, end))
 
