@@ -205,9 +205,11 @@ class Shell:
         return True
 
     def feed(self, statements: Statements, line: str, number: int) -> None:
-        """One input line: a command when no statement is open, else SQL that may end statements."""
+        """One input line: a command when no statement is open (a backslash command also within one,
+        outside quotes and comments: ``\\q`` leaves without it), else SQL that may end statements."""
         command = line.strip()
-        if not statements.pending and (command.startswith((".", "\\")) or command in QUIT):
+        backslash = command.startswith("\\") and statements.inside in (None, "--")  # as psql: also within a statement
+        if backslash or not statements.pending and (command.startswith(".") or command in QUIT):
             self.command(command)
             return
         for text, start in statements.feed(line, number):
@@ -277,8 +279,10 @@ def run_interactive(shell: Shell, banner: str) -> int:
             typed.append(line.strip())
             shell.feed(statements, line, number)
             if not statements.pending:
-                readline.add_history(" ".join(typed))
-                typed = []
+                entry, typed = " ".join(typed), []
+                last = readline.get_current_history_length()
+                if not last or readline.get_history_item(last) != entry:  # a statement run again is kept once
+                    readline.add_history(entry)
     finally:
         try:
             history.parent.mkdir(parents=True, exist_ok=True)
