@@ -460,7 +460,11 @@ DEBUG_HELP = "show the traceback of an error (also $SINGERLAKE_DEBUG=1)"
 
 def main(argv: list[str] | None = None) -> int:
     main_parser = parser()
-    args = main_parser.parse_args(argv)
+    args, extra = main_parser.parse_known_args(argv)
+    if extra and getattr(args, "query", "") is None and len(extra) == 1 and not extra[0].startswith("-"):
+        args.query = extra[0]  # `sql ROOT --opt X QUERY`: argparse before 3.12 leaves an optional positional after options unfilled
+    elif extra:
+        main_parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "stream", None) and not args.tap:
         main_parser.error(f"{args.command}: --stream needs --tap (stream names are per tap)")
     if args.debug:
