@@ -20,6 +20,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 
 import singerlake
 from singerlake.cli.output import as_csv, as_json, as_table, emit, finish
@@ -172,12 +173,28 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from singerlake.jobs.sql import run_query
+    from singerlake.jobs.sql import SqlSession, chosen_tap, run_query
 
     lake = open_lake(args)
-    columns, rows = run_query(lake, start_spark(args), args.query, tap_id=args.tap, raw=args.raw)
-    print((as_csv if args.csv else as_json if args.json else as_table)(columns, rows))
-    return 0
+    if args.query is not None:
+        columns, rows = run_query(lake, start_spark(args), args.query, tap_id=args.tap, raw=args.raw)
+        print((as_csv if args.csv else as_json if args.json else as_table)(columns, rows))
+        return 0
+    from singerlake.cli.shell import Shell, quiet, run_interactive, run_piped
+
+    tap_id = chosen_tap(lake, args.tap)  # a wrong tap fails before Spark starts
+    interactive = sys.stdin.isatty()
+    if interactive:
+        print("singerlake sql: starting Spark...", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    spark = start_spark(args)
+    quiet(spark)
+    session = SqlSession(lake, spark, tap_id, raw=args.raw)
+    shell = Shell(session, mode="csv" if args.csv else "json" if args.json else "table")
+    if not interactive:
+        return run_piped(shell, sys.stdin)
+    views = f"{len(session.streams)} stream(s) of {tap_id} as views ({'every record' if args.raw else 'current rows'})"
+    return run_interactive(shell, f"Spark started in {time.perf_counter() - started:.1f} s; {views}. End statements with ; .help for help")
 
 
 def cmd_locks(args: argparse.Namespace) -> int:
@@ -359,7 +376,12 @@ def parser() -> argparse.ArgumentParser:
         "--formats", default="delta", help="delta (always) and optionally csv: a CSV twin of each published file (default delta)"
     )
     sql = command("sql", cmd_sql, "Spark SQL over a tap's streams: each a view of its current rows (--raw: every record)", spark=True)
-    sql.add_argument("query", help="a Spark SQL query; stream names as views, quoted with backticks where needed")
+    sql.add_argument(
+        "query",
+        nargs="?",
+        help="a Spark SQL query; stream names as views, quoted with backticks where needed. Without one: a shell on one Spark "
+        "session (statements end with ;  .help lists its commands), or the statements piped on stdin, one after another",
+    )
     sql.add_argument("--tap", help="the tap whose streams are the views (required when the lake has several)")
     sql.add_argument("--raw", action="store_true", help="views of every landed record with its position columns")
     sql.add_argument("--csv", action="store_true", help="CSV output: a header row, then the rows")
@@ -438,7 +460,11 @@ DEBUG_HELP = "show the traceback of an error (also $SINGERLAKE_DEBUG=1)"
 
 def main(argv: list[str] | None = None) -> int:
     main_parser = parser()
-    args = main_parser.parse_args(argv)
+    args, extra = main_parser.parse_known_args(argv)
+    if extra and getattr(args, "query", "") is None and len(extra) == 1 and not extra[0].startswith("-"):
+        args.query = extra[0]  # `sql ROOT --opt X QUERY`: argparse before 3.12 leaves an optional positional after options unfilled
+    elif extra:
+        main_parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "stream", None) and not args.tap:
         main_parser.error(f"{args.command}: --stream needs --tap (stream names are per tap)")
     if args.debug:

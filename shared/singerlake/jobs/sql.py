@@ -94,21 +94,60 @@ def raw_records(lake: Lake, spark, tap_id: str, streams: list[str]) -> dict[str,
     return frames
 
 
+class SqlSession:
+    """One tap's streams as views in one Spark session, for many statements (``singerlake sql`` without
+    a query: the shell). Each view is registered once, when a statement first needs it: every
+    current-rows view at the first statement (no Spark job: the tables' latest versions are read
+    here), or with ``raw`` a stream's view when a statement first names it (its one typing job)."""
+
+    def __init__(self, lake: Lake, spark, tap_id: str | None = None, raw: bool = False):
+        self.lake, self.spark, self.raw = lake, spark, raw
+        self.tap_id = chosen_tap(lake, tap_id)
+        self.streams = lake.streams(self.tap_id)
+        self.registered: dict[str, bool] = {}  # stream -> whether it has a view (False: nothing to query yet)
+
+    def views(self) -> list[tuple[str, str]]:
+        """Each stream with what its view holds: current rows, every record, not projected yet, or
+        (raw) registered when a statement names it."""
+        kind = "every record" if self.raw else "current rows"
+        return [
+            (stream, kind if self.registered.get(stream, True) else "no rows yet (not projected)" if not self.raw else "no records")
+            for stream in self.streams
+        ]
+
+    def register(self, statement: str) -> None:
+        """Register the views ``statement`` may need that are not registered yet."""
+        if self.raw:  # only the streams the statement names: finding a stream's exact types reads all its records
+            wanted = [stream for stream in self.streams if stream not in self.registered and named_in(statement, stream)]
+            frames = raw_records(self.lake, self.spark, self.tap_id, wanted) if wanted else {}
+        else:
+            wanted = [stream for stream in self.streams if stream not in self.registered]
+            frames = {stream: current_rows(self.lake, self.spark, self.tap_id, stream) for stream in wanted}
+        for stream in wanted:
+            frame = frames.get(stream)
+            if frame is not None:
+                frame.createOrReplaceTempView(view_name(stream))
+            self.registered[stream] = frame is not None
+
+    def run(self, statement: str) -> tuple[list[str], list[tuple]]:
+        """Run one statement over the views: (column names, rows). A failed statement is a ConfigError of one line."""
+        from py4j.protocol import Py4JJavaError
+        from pyspark.errors import PySparkException
+
+        self.register(statement)
+        try:
+            result = self.spark.sql(statement)
+            return result.columns, [tuple(row) for row in result.collect()]
+        except PySparkException as exc:
+            raise ConfigError(f"the query failed: {first_line(str(exc))}") from None
+        except Py4JJavaError as exc:  # a job's failure that PySpark does not translate (a task's error)
+            raise ConfigError(f"the query failed: {first_line(str(exc.java_exception))}") from None
+
+
+def first_line(text: str) -> str:
+    return (text.strip().splitlines() or ["(no message)"])[0]
+
+
 def run_query(lake: Lake, spark, query: str, tap_id: str | None = None, raw: bool = False) -> tuple[list[str], list[tuple]]:
     """Register the tap's streams as views and run ``query``: (column names, rows)."""
-    from pyspark.errors import PySparkException
-
-    tap_id = chosen_tap(lake, tap_id)
-    streams = lake.streams(tap_id)
-    if raw:  # only the streams the query names: finding a stream's exact types reads all its records
-        frames = raw_records(lake, spark, tap_id, [stream for stream in streams if named_in(query, stream)])
-    else:
-        frames = {stream: current_rows(lake, spark, tap_id, stream) for stream in streams}
-    for stream, frame in frames.items():
-        if frame is not None:
-            frame.createOrReplaceTempView(view_name(stream))
-    try:
-        result = spark.sql(query)
-        return result.columns, [tuple(row) for row in result.collect()]
-    except PySparkException as exc:
-        raise ConfigError(f"the query failed: {str(exc).strip().splitlines()[0]}") from None
+    return SqlSession(lake, spark, tap_id, raw).run(query)
