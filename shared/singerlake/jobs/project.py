@@ -35,7 +35,7 @@ from typing import Any
 
 from singerlake.errors import ConfigError
 from singerlake.format.catalogue import replay_schema
-from singerlake.format.exact import decode, join_all, json_text, json_value, records_needs, table_schema, typed_table
+from singerlake.format.exact import decode, join, join_all, json_text, json_value, records_needs, table_schema, typed_table
 from singerlake.format.manifest import Manifest
 from singerlake.format.messages import decode_envelope
 from singerlake.format.names import encode_segment
@@ -177,6 +177,15 @@ def table_properties(properties: dict, types: dict) -> dict:
     if properties.get(SDC_DELETED_AT) == DELETED_AT_IF_USED and types.get(SDC_DELETED_AT) is None:
         return {name: spec for name, spec in properties.items() if name != SDC_DELETED_AT}
     return properties
+
+
+def run_types(parts: list[dict], properties: dict, previous: dict) -> dict:
+    """The table's column types: the join of its parts' needs. An added ``_sdc_deleted_at`` the table
+    showed stays (its previous need joined in), so the column does not come and go with its rows."""
+    types = join_all([part["needs"] for part in parts])
+    if properties.get(SDC_DELETED_AT) == DELETED_AT_IF_USED and previous.get(SDC_DELETED_AT) is not None:
+        types[SDC_DELETED_AT] = join(types.get(SDC_DELETED_AT), previous[SDC_DELETED_AT])
+    return types
 
 
 def record_deleted(text: str) -> bool:
@@ -373,6 +382,7 @@ def _work_item(plan: StreamPlan, formats: list[str]) -> dict:
         "files": plan.files,
         "parts": plan.state["parts"],
         "schema": plan.state["schema"],
+        "types": plan.state["types"],
         "staging": plan.staging,
         "table": plan.table,
         "csv": "csv" in formats,
@@ -414,7 +424,7 @@ def project_on_executor(storage: Storage, item: dict) -> dict:
             kept.append(part)
     fresh.append(apply_deletes(new, activations, hard))
     written = [write_staging(storage, item["staging"], table, properties) for table in fresh if table.num_rows]
-    types = join_all([part["needs"] for part in kept + written])
+    types = run_types(kept + written, properties, item["types"])
     schema = schema_text(properties, types)
     overwrite = schema != item["schema"]
     publish_part = functools.partial(publish, storage, item["table"], properties=properties, types=types, csv=item["csv"])
@@ -595,7 +605,7 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str]
                 written += [result["part"]] if result["part"] else []
         gone = {part["staging"] for part in replaced}
         kept = [part for part in parts if part["staging"] not in gone]
-    types = join_all([part["needs"] for part in kept + written])
+    types = run_types(kept + written, properties, plan.state["types"])
     schema = schema_text(properties, types)
     overwrite = schema != plan.state["schema"]  # then every part is published again, under the new types
     work = functools.partial(publish, storage, plan.table, properties=properties, types=types, csv="csv" in formats)
