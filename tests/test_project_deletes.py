@@ -197,3 +197,41 @@ def test_cli_hard_delete_projects_a_soft_table_anew(local_lake, spark):  # noqa:
     state = delta.latest(local_lake.storage, table_key(TAP, STREAM)).state
     assert state["deletes"] == "hard" and state["activations"] == 2
     assert "_sdc_deleted_at" not in table(local_lake).schema().to_arrow().names
+
+
+def test_a_run_killed_before_its_commit_leaves_the_table_and_the_next_run_applies_the_activation(local_lake, spark, monkeypatch):  # noqa: F811
+    send(local_lake, *(record({"id": i, "name": "one"}, 1) for i in range(1, 4)), activate(1))
+    run(local_lake, spark, False, SMALL)
+    send(local_lake, record({"id": 1, "name": "two"}, 2), activate(2))
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("killed before the commit")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(delta, "commit", killed)
+        with pytest.raises(KeyboardInterrupt):
+            run(local_lake, spark, False, SMALL)
+    assert table(local_lake).version() == 0 and set(deleted_at(local_lake).values()) == {None}
+    assert run(local_lake, spark, False, SMALL)["version"] == 1
+    gone = received(local_lake, 2)
+    assert {key: utc(at) for key, at in deleted_at(local_lake).items()} == {1: None, 2: gone, 3: gone}
+
+
+def test_a_table_written_before_deletes_existed_is_projected_anew(local_lake, spark):  # noqa: F811
+    """Its state has no `deletes`: the first run applies every activation and `_sdc_deleted_at` to the whole stream."""
+    send(local_lake, *(record({"id": i, "name": "one"}, 1) for i in range(1, 4)), record({"id": 4, "_sdc_deleted_at": DELETED}))
+    send(local_lake, record({"id": 1, "name": "two"}, 2), activate(2))
+    run(local_lake, spark, True, SMALL)
+    published = delta.latest(local_lake.storage, table_key(TAP, STREAM))
+    old = {k: v for k, v in published.state.items() if k not in ("deletes", "activations")}  # as the previous version wrote it
+    schema = table(local_lake).to_pyarrow_table().schema
+    delta.commit(local_lake.storage, table_key(TAP, STREAM), published, schema, [], [], False, old)
+    assert table(local_lake).version() == 1 and sorted(rows(local_lake)) == [1]
+    assert run(local_lake, spark, True, SMALL)["version"] == 2  # nothing new, but anew: every row again, deletes applied
+    assert sorted(rows(local_lake)) == [1] and len(delta_adds(local_lake, 2)) == 1
+    assert delta.latest(local_lake.storage, table_key(TAP, STREAM)).state["deletes"] == "hard"
+
+
+def delta_adds(lake: LakeUnderTest, version: int) -> list[str]:
+    log = lake.read(f"{table_key(TAP, STREAM)}/_delta_log/{version:020d}.json").decode()
+    return [json.loads(line)["add"]["path"] for line in log.splitlines() if '"add"' in line]
