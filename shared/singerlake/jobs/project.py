@@ -18,6 +18,10 @@ in ONE Spark job, one work item per stream, with pyarrow on the executor. Larger
 Spark job each, incrementally too: their parts are **buckets** of keys (``crc32(_key) mod
 buckets``), so only the buckets the new records touch are rewritten, each by one executor (its
 previous part and its new rows). Both give the same rows and types.
+
+Deletes (Singer's): a current record with ``_sdc_deleted_at``, and rows of older table versions placed
+before an ACTIVATE_VERSION, stay with ``_sdc_deleted_at`` set (soft, the default) or are left out
+(``hard_delete``); activations the table has not applied yet reach every previous part.
 """
 
 from __future__ import annotations
