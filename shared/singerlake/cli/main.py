@@ -151,7 +151,14 @@ def cmd_project(args: argparse.Namespace) -> int:
     failures: list = []
     formats = args.formats.split(",")
     results = project(
-        lake, start_spark(args), args.tap, args.stream, formats=formats, progress=progress(args, "project"), failures=failures
+        lake,
+        start_spark(args),
+        args.tap,
+        args.stream,
+        formats=formats,
+        progress=progress(args, "project"),
+        failures=failures,
+        hard_delete=args.hard_delete,
     )
     text = "\n".join(
         f"{r['stream']}: {r['new_records']:,} new records, {r['rows']:,} current rows -> {r['table']} (version {r['version']})"
@@ -374,6 +381,11 @@ def parser() -> argparse.ArgumentParser:
     sub.choices["compact"].add_argument("--target-size-mib", type=float, default=128, help="size of merged files (default 128)")
     sub.choices["project"].add_argument(
         "--formats", default="delta", help="delta (always) and optionally csv: a CSV twin of each published file (default delta)"
+    )
+    sub.choices["project"].add_argument(
+        "--hard-delete",
+        action="store_true",
+        help="leave deleted rows (_sdc_deleted_at, ACTIVATE_VERSION) out of the tables (default: keep them, _sdc_deleted_at set)",
     )
     sql = command("sql", cmd_sql, "Spark SQL over a tap's streams: each a view of its current rows (--raw: every record)", spark=True)
     sql.add_argument(

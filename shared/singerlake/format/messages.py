@@ -30,6 +30,7 @@ class Envelope(msgspec.Struct):
     stream: str | None = None
     time_extracted: str | None = None
     record: msgspec.Raw = msgspec.Raw(b"")
+    version: Any = None  # a full-table sync's table version (ACTIVATE_VERSION); projection reads it
 
 
 class _SdcTime(msgspec.Struct):

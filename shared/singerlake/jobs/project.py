@@ -18,6 +18,10 @@ in ONE Spark job, one work item per stream, with pyarrow on the executor. Larger
 Spark job each, incrementally too: their parts are **buckets** of keys (``crc32(_key) mod
 buckets``), so only the buckets the new records touch are rewritten, each by one executor (its
 previous part and its new rows). Both give the same rows and types.
+
+Deletes (Singer's): a current record with ``_sdc_deleted_at``, and rows of older table versions placed
+before an ACTIVATE_VERSION, stay with ``_sdc_deleted_at`` set (soft, the default) or are left out
+(``hard_delete``); activations the table has not applied yet reach every previous part.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from typing import Any
 
 from singerlake.errors import ConfigError
 from singerlake.format.catalogue import replay_schema
-from singerlake.format.exact import decode, join_all, json_text, json_value, records_needs, table_schema, typed_table
+from singerlake.format.exact import decode, join, join_all, json_text, json_value, records_needs, table_schema, typed_table
 from singerlake.format.manifest import Manifest
 from singerlake.format.messages import decode_envelope
 from singerlake.format.names import encode_segment
@@ -65,9 +69,14 @@ THREADS_PER_TASK = 2  # a small stream's work is mostly Python (JSON, rows): mor
 ARROW_BATCH_ROWS = 8192
 FORMATS = ("delta", "csv")
 STAGING_SCHEMA = (
-    "_key string, _singerlake_commit long, _singerlake_index long, _singerlake_version string, _singerlake_time long, _record string"
+    "_key string, _singerlake_commit long, _singerlake_index long, _singerlake_version string, _singerlake_time long, _record string,"
+    " _singerlake_table_version long, _singerlake_deleted_at string"
 )
 NO_TIME = -(2**63)  # a row without a record time loses to any row with one (the window's nulls last)
+INT64 = (-(2**63), 2**63 - 1)
+SDC_DELETED_AT = "_sdc_deleted_at"
+DELETED_AT = {"type": ["string", "null"], "format": "date-time"}  # the column soft deletes add when the schema has none
+DELETED_AT_IF_USED = {**DELETED_AT, "singerlake.added": "when used"}  # ... shown only once a row has a deletion time
 
 
 def staging_schema():
@@ -75,6 +84,22 @@ def staging_schema():
 
     types = {"string": pa.string(), "long": pa.int64()}
     return pa.schema([(name, types[kind]) for name, kind in (column.split() for column in STAGING_SCHEMA.split(", "))])
+
+
+def conform(table):
+    """Staging rows in the current staging schema: columns of older parts' schema missing are null."""
+    import pyarrow as pa
+
+    schema = staging_schema()
+    for name in schema.names:
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(table.num_rows, schema.field(name).type))
+    return table.select(schema.names).cast(schema)
+
+
+def table_version(value: Any) -> int | None:
+    """The RECORD envelope's ``version`` as staged: a 64-bit integer, else none."""
+    return value if type(value) is int and INT64[0] <= value <= INT64[1] else None
 
 
 # -- reading the raw records ------------------------------------------------------------------------
@@ -87,7 +112,7 @@ def file_staging_rows(storage: Storage, keys: list[str], file: dict) -> Iterator
         record = record if isinstance(record, dict) else {}
         ms = record_time_ms(envelope.time_extracted, functools.partial(record.get, "_sdc_extracted_at"))
         key = json_text([record.get(name) for name in keys]) if keys else None
-        yield (key, commit, position, file["version"], ms, text)
+        yield (key, commit, position, file["version"], ms, text, table_version(envelope.version), None)
 
 
 def read_new_records(storage: Storage, keys: list[str], files: list[dict]):
@@ -131,8 +156,91 @@ def read_parquet(storage: Storage, key: str, columns: list[str] | None = None):
 
 
 def records_of(staging) -> list[dict]:
+    """The decoded records of staging rows; a row an ACTIVATE_VERSION deleted (soft) carries its time as
+    ``_sdc_deleted_at`` unless the record has one of its own."""
     records = [decode(text) for text in staging["_record"].to_pylist()]
-    return [record if isinstance(record, dict) else {} for record in records]
+    records = [record if isinstance(record, dict) else {} for record in records]
+    if "_singerlake_deleted_at" in staging.column_names:
+        for record, deleted_at in zip(records, staging["_singerlake_deleted_at"].to_pylist(), strict=True):
+            if deleted_at is not None and record.get(SDC_DELETED_AT) is None:
+                record[SDC_DELETED_AT] = deleted_at
+    return records
+
+
+# -- deletes: _sdc_deleted_at and ACTIVATE_VERSION (SPEC.md §12) ---------------------------------------
+def deletes_properties(properties: dict, hard: bool, activated: bool) -> dict:
+    """The properties whose values parts record: the declared ones, plus (soft deletes) ``_sdc_deleted_at``
+    when the schema does not declare it: always shown once the stream has an activation, else once used."""
+    if hard or SDC_DELETED_AT in properties:
+        return properties
+    return {**properties, SDC_DELETED_AT: DELETED_AT if activated else DELETED_AT_IF_USED}
+
+
+def table_properties(properties: dict, types: dict) -> dict:
+    """The published columns: an added ``_sdc_deleted_at`` no row uses yet is left out."""
+    if properties.get(SDC_DELETED_AT) == DELETED_AT_IF_USED and types.get(SDC_DELETED_AT) is None:
+        return {name: spec for name, spec in properties.items() if name != SDC_DELETED_AT}
+    return properties
+
+
+def run_types(parts: list[dict], properties: dict, previous: dict) -> dict:
+    """The table's column types: the join of its parts' needs. An added ``_sdc_deleted_at`` the table
+    showed stays (its previous need joined in), so the column does not come and go with its rows."""
+    types = join_all([part["needs"] for part in parts])
+    if properties.get(SDC_DELETED_AT) == DELETED_AT_IF_USED and previous.get(SDC_DELETED_AT) is not None:
+        types[SDC_DELETED_AT] = join(types.get(SDC_DELETED_AT), previous[SDC_DELETED_AT])
+    return types
+
+
+def record_deleted(text: str) -> bool:
+    if f'"{SDC_DELETED_AT}"' not in text:  # most records: no need to decode them
+        return False
+    record = decode(text)
+    return isinstance(record, dict) and record.get(SDC_DELETED_AT) is not None
+
+
+def apply_deletes(table, activations: list[dict], hard: bool):
+    """Current rows (conformed staging rows) with deletes applied: each activation deletes the rows placed
+    before it whose table version is older or none (the first one names their ``_singerlake_deleted_at``);
+    ``hard`` leaves out those rows and those whose record has ``_sdc_deleted_at``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not table.num_rows:
+        return table
+    deleted = table["_singerlake_deleted_at"]
+    if activations:
+        commit, index, version = table["_singerlake_commit"], table["_singerlake_index"], table["_singerlake_table_version"]
+        for activation in activations:
+            place = activation["after_commit"]
+            before = pc.or_(pc.less(commit, place), pc.and_(pc.equal(commit, place), pc.less(index, activation["records"])))
+            older = pc.or_(pc.is_null(version), pc.fill_null(pc.less(version, activation["version"]), False))
+            hit = pc.and_(pc.and_(before, older), pc.is_null(deleted))
+            deleted = pc.if_else(hit, pa.scalar(activation["received"], pa.string()), deleted)
+        table = table.set_column(table.schema.get_field_index("_singerlake_deleted_at"), "_singerlake_deleted_at", deleted)
+    if hard:
+        texts = table["_record"].to_pylist()
+        keep = [at is None and not record_deleted(text) for at, text in zip(deleted.to_pylist(), texts, strict=True)]
+        table = table.filter(pa.array(keep, pa.bool_()))
+    return table
+
+
+def deletes_changed(before, after) -> bool:
+    return after.num_rows != before.num_rows or after["_singerlake_deleted_at"].null_count != before["_singerlake_deleted_at"].null_count
+
+
+def part_deletes(storage: Storage, work: dict) -> dict:
+    """A previous part under the run's new activations: ``{"part"}`` unchanged, or ``{"replaced", "part"}``
+    with its rewritten staging part (unpublished; ``None`` when no row is left)."""
+    part = work["part"]
+    staging = conform(read_parquet(storage, part["staging"]))
+    rows = apply_deletes(staging, work["activations"], work["hard"])
+    if not deletes_changed(staging, rows):
+        return {"part": part}
+    if not rows.num_rows:
+        return {"replaced": part, "part": None}
+    written = write_staging(storage, work["staging"], rows, work["properties"])
+    return {"replaced": part, "part": written | ({"bucket": part["bucket"]} if "bucket" in part else {})}
 
 
 def needs_of(properties: dict, records: list[dict]) -> dict:
@@ -158,7 +266,7 @@ def publish(storage: Storage, table: str, part: dict, properties: dict, types: d
     import pyarrow.parquet as pq
 
     records = records if records is not None else records_of(read_parquet(storage, part["staging"]))
-    published = typed_table(properties, types, records)
+    published = typed_table(table_properties(properties, types), types, records)
     buffer = io.BytesIO()
     pq.write_table(published, buffer)
     name = f"part-{new_file_id()}.parquet"
@@ -200,6 +308,10 @@ class StreamPlan:
     up_to_date: bool = False
     files: list[dict] = dataclass_field(default_factory=list)  # data files holding new records (datasource.plan_files)
     previous_bytes: int = 0  # bytes of the previous staging parts
+    hard: bool = False  # hard deletes (SPEC.md §12); soft by default
+    anew: bool = False  # the table's delete mode differs (or it has none): project the stream anew
+    activations: list[dict] = dataclass_field(default_factory=list)  # the ACTIVATE_VERSIONs the table has not applied yet
+    activated: int = 0  # the stream's ACTIVATE_VERSIONs: how many the table has applied after this run
 
     @property
     def table(self) -> str:
@@ -211,7 +323,11 @@ class StreamPlan:
 
     @property
     def state(self) -> dict:
-        return self.published.state or {"parts": [], "types": {}, "schema": None}
+        return (not self.anew and self.published.state) or {"parts": [], "types": {}, "schema": None}
+
+    @property
+    def deletes(self) -> str:
+        return "hard" if self.hard else "soft"
 
     @property
     def new_records(self) -> int:
@@ -227,7 +343,7 @@ class StreamPlan:
 
     @property
     def properties(self) -> dict:
-        return replay_schema(self.manifest).get("properties", {})
+        return deletes_properties(replay_schema(self.manifest).get("properties", {}), self.hard, self.activated > 0)
 
     def summary(self, new_records: int = 0) -> dict:
         parts = self.state["parts"]
@@ -242,14 +358,17 @@ class StreamPlan:
         }
 
 
-def plan_stream(lake: Lake, tap_id: str, stream: str) -> StreamPlan:
+def plan_stream(lake: Lake, tap_id: str, stream: str, hard: bool = False) -> StreamPlan:
     manifest = lake.manifest(tap_id, stream)
     published = delta.latest(lake.storage, delta.table_key(tap_id, stream))
     end = Position(*manifest.end_position(), manifest.generation)
-    after = Position.from_bookmark(published.state["position"], stream) if published.state else None
+    activations = manifest.activate_versions
+    plan = StreamPlan(tap_id, stream, manifest, published, end, hard=hard, activated=len(activations))
+    plan.anew = published.state is not None and published.state.get("deletes") != plan.deletes
+    after = Position.from_bookmark(plan.state["position"], stream) if "position" in plan.state else None
     check_bookmark(after, manifest)
-    plan = StreamPlan(tap_id, stream, manifest, published, end)
-    if (after is not None and after >= end) or not manifest.versions:
+    plan.activations = activations[plan.state.get("activations", 0) :]
+    if (after is not None and after >= end and not plan.activations) or not manifest.versions:
         plan.up_to_date = True
         return plan
     plan.files = plan_files(manifest, set(manifest.versions), after, manifest.commits)
@@ -267,15 +386,18 @@ def _work_item(plan: StreamPlan, formats: list[str]) -> dict:
         "files": plan.files,
         "parts": plan.state["parts"],
         "schema": plan.state["schema"],
+        "types": plan.state["types"],
         "staging": plan.staging,
         "table": plan.table,
         "csv": "csv" in formats,
+        "hard": plan.hard,
+        "activations": plan.activations,
     }
 
 
 def schema_text(properties: dict, types: dict) -> str:
     """The published schema as text: equal text, equal column types (field metadata included)."""
-    return table_schema(properties, types).to_string(show_field_metadata=True, show_schema_metadata=False)
+    return table_schema(table_properties(properties, types), types).to_string(show_field_metadata=True, show_schema_metadata=False)
 
 
 # -- small streams: one work item each, all in one Spark job ---------------------------------------
@@ -285,20 +407,28 @@ def project_on_executor(storage: Storage, item: dict) -> dict:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    properties, keyed = item["properties"], bool(item["keys"])
+    properties, keyed, activations, hard = item["properties"], bool(item["keys"]), item["activations"], item["hard"]
     new = current_rows(read_new_records(storage, item["keys"], item["files"]), keyed)
     updated = pa.array(set(new["_key"].to_pylist()) if keyed else [], pa.string())
     kept, replaced, fresh = [], [], []
     for part in item["parts"]:
         if len(updated) and pc.any(pc.is_in(read_parquet(storage, part["staging"], ["_key"])["_key"], value_set=updated)).as_py():
-            staging = read_parquet(storage, part["staging"])
+            staging = conform(read_parquet(storage, part["staging"]))
             replaced.append(part)
-            fresh.append(staging.filter(pc.invert(pc.is_in(staging["_key"], value_set=updated))))
+            fresh.append(apply_deletes(staging.filter(pc.invert(pc.is_in(staging["_key"], value_set=updated))), activations, hard))
+        elif activations:  # a refresh: rows of older table versions may be gone
+            staging = conform(read_parquet(storage, part["staging"]))
+            rows = apply_deletes(staging, activations, hard)
+            if deletes_changed(staging, rows):
+                replaced.append(part)
+                fresh.append(rows)
+            else:
+                kept.append(part)
         else:
             kept.append(part)
-    fresh.append(new)
+    fresh.append(apply_deletes(new, activations, hard))
     written = [write_staging(storage, item["staging"], table, properties) for table in fresh if table.num_rows]
-    types = join_all([part["needs"] for part in kept + written])
+    types = run_types(kept + written, properties, item["types"])
     schema = schema_text(properties, types)
     overwrite = schema != item["schema"]
     publish_part = functools.partial(publish, storage, item["table"], properties=properties, types=types, csv=item["csv"])
@@ -359,7 +489,7 @@ def _read_files(storage: Storage, keys: list[str], files: list[dict], batches: I
 def _read_parts(storage: Storage, parts: list[dict], batches: Iterator[Any]) -> Iterator[Any]:
     for batch in batches:
         for number in batch.column("id").to_pylist():
-            yield from read_parquet(storage, parts[number]["staging"]).cast(staging_schema()).to_batches()
+            yield from conform(read_parquet(storage, parts[number]["staging"])).to_batches()
 
 
 def _with_buckets(buckets: int, batches: Iterator[Any]) -> Iterator[Any]:
@@ -405,8 +535,8 @@ def _write_buckets(storage: Storage, item: dict, batches: Iterator[Any]) -> Iter
         groups = iter([(None, pa.Table.from_batches(collected))] if collected else [])
     for bucket, rows in groups:
         previous = [read_parquet(storage, part["staging"]) for part in item["previous"].get(str(bucket), [])]
-        rows = pa.concat_tables([table.select(staging_schema().names).cast(staging_schema()) for table in [*previous, rows]])
-        staging = current_rows(rows, keyed)
+        rows = pa.concat_tables([conform(table) for table in [*previous, rows]])
+        staging = apply_deletes(current_rows(rows, keyed), item["activations"], item["hard"])
         records = records_of(staging)
         part = write_staging(storage, item["staging"], staging, properties, records) | ({"bucket": bucket} if keyed else {})
         if schema_text(properties, join_all([item["types"], part["needs"]])) == item["schema"]:
@@ -461,15 +591,25 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str]
         "types": plan.state["types"],
         "schema": plan.state["schema"],
         "csv": "csv" in formats,
+        "hard": plan.hard,
+        "activations": plan.activations,
     }
     write = functools.partial(_write_buckets, storage, item)
     with _arrow_batch_rows(spark, ARROW_BATCH_ROWS):
         written = [json.loads(row["part"]) for row in rows.mapInArrow(write, "part string").collect()]
     touched = {part.get("bucket") for part in written}
-    replaced = parts if rebucket else [part for part in parts if keyed and part.get("bucket") in touched]
+    replaced = list(parts) if rebucket else [part for part in parts if keyed and part.get("bucket") in touched]
     gone = {part["staging"] for part in replaced}
     kept = [part for part in parts if part["staging"] not in gone]
-    types = join_all([part["needs"] for part in kept + written])
+    if plan.activations and kept:  # a refresh: the other buckets' rows of older table versions may be gone
+        context = {"activations": plan.activations, "hard": plan.hard, "staging": plan.staging, "properties": properties}
+        for result in run_items(spark, [{**context, "part": part} for part in kept], functools.partial(part_deletes, storage)):
+            if "replaced" in result:
+                replaced.append(result["replaced"])
+                written += [result["part"]] if result["part"] else []
+        gone = {part["staging"] for part in replaced}
+        kept = [part for part in parts if part["staging"] not in gone]
+    types = run_types(kept + written, properties, plan.state["types"])
     schema = schema_text(properties, types)
     overwrite = schema != plan.state["schema"]  # then every part is published again, under the new types
     work = functools.partial(publish, storage, plan.table, properties=properties, types=types, csv="csv" in formats)
@@ -487,10 +627,11 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str]
 def commit_run(lake: Lake, plan: StreamPlan, result: dict) -> dict:
     """The run's one Delta commit: the last step, so a crash or a failed stream leaves the previous version current."""
     state = {"position": plan.end.to_bookmark(), "types": result["types"], "schema": result["schema"], "parts": result["parts"]}
+    state |= {"deletes": plan.deletes, "activations": plan.activated}
     if "buckets" in result:  # a large stream's parts are buckets of keys (SPEC.md §12)
         state["buckets"] = result["buckets"]
     adds = [{"path": part["published"], "size": part["size"], "rows": part["rows"]} for part in result["adds"]]
-    schema = table_schema(plan.properties, result["types"])
+    schema = table_schema(table_properties(plan.properties, result["types"]), result["types"])
     version = delta.commit(lake.storage, plan.table, plan.published, schema, adds, result["removes"], result["overwrite"], state)
     plan.published = delta.Published(version, state)
     return plan.summary(plan.new_records)
@@ -505,16 +646,19 @@ def project(
     small_stream_bytes: int = SMALL_STREAM_BYTES,
     progress: Progress | None = None,
     failures: list[StreamFailure] | None = None,
+    hard_delete: bool = False,
 ) -> list[dict]:
     """Project the selected streams. A stream that fails is added to ``failures`` (its table stays at
-    its last version) and the others are projected; without ``failures``, StreamsFailed is raised at the end."""
+    its last version) and the others are projected; without ``failures``, StreamsFailed is raised at the end.
+    Deleted rows (``_sdc_deleted_at``, ACTIVATE_VERSION) stay with ``_sdc_deleted_at`` set, or with
+    ``hard_delete`` are left out (SPEC.md §12)."""
     lake.check_exists()
     formats = ["delta" if fmt == "parquet" else fmt for fmt in (formats or ["delta"])]
     unknown = set(formats) - set(FORMATS)
     if unknown:
         raise ConfigError(f"unknown published formats {sorted(unknown)}; use delta and/or csv")
     found = Failures()
-    plans = for_each_stream(selected_streams(lake, tap_id, stream), lambda tap, name: plan_stream(lake, tap, name), found)
+    plans = for_each_stream(selected_streams(lake, tap_id, stream), lambda tap, name: plan_stream(lake, tap, name, hard_delete), found)
     pending = [plan for plan in plans.values() if not plan.up_to_date]
     is_large = lambda plan: plan.bytes > small_stream_bytes or "buckets" in plan.state  # noqa: E731  (bucketed: stays large)
     written = project_small_streams(lake, spark, [plan for plan in pending if not is_large(plan)], formats, found, progress)
