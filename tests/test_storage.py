@@ -391,3 +391,24 @@ def test_s3_small_writes_go_in_one_round_trip_large_ones_wait_for_100_continue(s
         events.unregister("before-send.s3.PutObject", unique_id="expect-seen")
     assert sent == [False, True]
     assert storage.read("raw/small").data == small and storage.read("raw/large").data == large
+
+
+def test_local_create_only_writes_leave_no_temp_name_and_sync_keeps_them(tmp_path):
+    """Create-only writes go through an unnamed file (O_TMPFILE on Linux), or a named temp file where the
+    filesystem refuses it: either way the object appears whole, and the directory holds nothing else."""
+    for unnamed in (True, False):
+        storage = LocalStorage(tmp_path / f"lake-{unnamed}")
+        storage._tmpfile = unnamed and hasattr(os, "O_TMPFILE")
+        storage.write("a/b/c", b"bytes", if_none_match=True, durable=False)
+        with pytest.raises(PreconditionFailed):
+            storage.write("a/b/c", b"other", if_none_match=True)
+        storage.sync()
+        assert storage.read("a/b/c").data == b"bytes"
+        assert os.listdir(storage.root / "a" / "b") == ["c"]
+        assert stat.S_IMODE(os.stat(storage.root / "a" / "b" / "c").st_mode) == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current

@@ -30,10 +30,14 @@ def pointer_dirs(what: str, records: Iterable[dict]) -> set[str]:
 
 
 def commit(storage: Storage, what: str, txn: str, records: list[dict]) -> None:
-    """Pointers first, the segment last: the segment's create-only write makes every record visible at once."""
+    """Pointers first, the segment last: the segment's create-only write makes every record visible at once.
+
+    The records' files and bytes, and the pointers, may have been written without a sync each
+    (``durable=False``): one ``storage.sync()`` makes them all durable before the commit point."""
     dirs = sorted(pointer_dirs(what, records))
     with ThreadPoolExecutor(storage.parallel_requests) as pool:
-        list(pool.map(lambda directory: storage.write(directory + txn, b"", if_none_match=True), dirs))
+        list(pool.map(lambda directory: storage.write(directory + txn, b"", if_none_match=True, durable=False), dirs))
+    storage.sync()
     doc = {"format": layout.SEGMENT_FORMAT, "spec_version": layout.FILES_SPEC_VERSION, "what": what, "txn": txn, "records": records}
     body = gzip.compress(json.dumps(doc, separators=(",", ":")).encode(), compresslevel=6, mtime=0)
     storage.write(layout.segment_key(what, txn), body, if_none_match=True)

@@ -5,6 +5,8 @@ id, hence its key) and a second time streamed to storage and hashed again, so a 
 in between stores nothing. Many files go through a thread pool and commit in chunks, each chunk
 one segment: a file is visible whole or not at all. A push of SPARK_FILES files or more, given a
 Spark session, stores them on the executors instead (``spark_push``) and commits the same chunks.
+one segment: a file is visible whole or not at all. Small files and records are written without a
+sync each; the commit syncs them all at once before its commit point (``index.commit``).
 """
 
 from __future__ import annotations
@@ -177,7 +179,7 @@ def store(storage: Storage, source: Source, what: str, where: str, work_id: str 
         content_hash = digest.hexdigest()
         key = layout.data_key(what, where, file_id(what, where, content_hash))
         try:
-            storage.write(key, data, if_none_match=True, content_type=content_type(source.path.name))
+            storage.write(key, data, if_none_match=True, durable=False, content_type=content_type(source.path.name))
             existed = False
         except PreconditionFailed:
             existed = True
@@ -200,7 +202,8 @@ def store(storage: Storage, source: Source, what: str, where: str, work_id: str 
         what=what, where=where, work_id=work_id, start=source.start, end=source.end, path=str(source.path),
         name=source.path.name, content_hash=content_hash, size=source.size, txn=txn,
     )  # fmt: skip
-    storage.write(layout.record_key(fid), json.dumps(record, separators=(",", ":")).encode(), content_type="application/json")
+    body = json.dumps(record, separators=(",", ":")).encode()
+    storage.write(layout.record_key(fid), body, durable=False, content_type="application/json")  # synced at the commit
     return record, False
 
 

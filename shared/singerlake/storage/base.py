@@ -70,7 +70,8 @@ class Storage(ABC):
         ``if_none_match``: only create (PreconditionFailed when the key exists).
         ``if_match``: only replace the version with this etag (PreconditionFailed otherwise).
         ``durable=False``: the write may be lost in a power failure (never in a process crash): for
-        objects that only coordinate live processes, such as locks (a lost lock is stale anyway).
+        objects that only coordinate live processes, such as locks (a lost lock is stale anyway), or
+        for many objects made durable at once by ``sync`` before anything depends on them.
         ``content_type``: the media type a web server should give it (S3 keeps it; local files ignore it).
         """
 
@@ -104,6 +105,12 @@ class Storage(ABC):
     @abstractmethod
     def check_writable(self) -> None:
         """Fail fast with a clear error when the root cannot be written."""
+
+    def sync(self) -> None:
+        """Make every write this process made so far durable, ``durable=False`` ones too: one call
+        after many writes instead of one sync per object. A no-op where every write is durable when
+        it returns (S3)."""
+        return
 
     def exists(self, key: str) -> bool:
         try:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import functools
 import hashlib
+import itertools
 import os
 import uuid
 from collections.abc import Iterable, Iterator
@@ -14,6 +17,24 @@ from typing import BinaryIO
 from singerlake.storage.base import Blob, NotFound, ObjectInfo, PreconditionFailed, Storage, StorageError, check_key
 
 _TMP_PREFIX = ".tmp-"
+_TMP_TAG = uuid.uuid4().hex[:12]  # with the pid and a count: unique temp names without a uuid4 (a getrandom call) per write
+_TMP_COUNT = itertools.count()
+_NO_TMPFILE = {errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT, errno.EACCES, errno.EPERM, errno.EXDEV}
+
+
+def _tmp_name(name: str) -> str:
+    return f"{_TMP_PREFIX}{name}.{_TMP_TAG}{os.getpid()}-{next(_TMP_COUNT)}"
+
+
+@functools.cache
+def _syncfs():
+    """libc's syncfs (Linux), or None."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).syncfs  # the libc this process already has loaded
+    except (OSError, AttributeError):
+        return None
 
 
 def _etag(data: bytes) -> str:
@@ -26,6 +47,7 @@ class LocalStorage(Storage):
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root).expanduser().absolute()
         self.url = str(self.root)
+        self._tmpfile = hasattr(os, "O_TMPFILE")  # cleared on the first filesystem that refuses it
 
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*check_key(key).split("/"))
@@ -48,7 +70,7 @@ class LocalStorage(Storage):
         return Blob(data, _etag(data))
 
     def _write_temp(self, path: Path, data: bytes, durable: bool) -> Path:
-        tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{uuid.uuid4().hex}")
+        tmp = path.with_name(_tmp_name(path.name))
         try:
             handle = open(tmp, "wb")
         except FileNotFoundError:  # a new directory (the common case needs no mkdir calls)
@@ -72,6 +94,8 @@ class LocalStorage(Storage):
         content_type: str | None = None,
     ) -> str:
         path = self._path(key)
+        if if_none_match and self._tmpfile and self._create_unnamed(key, path, data, durable):
+            return _etag(data)
         try:
             tmp = self._write_temp(path, data, durable)
         except OSError as exc:
@@ -94,9 +118,47 @@ class LocalStorage(Storage):
             tmp.unlink(missing_ok=True)
         return _etag(data)
 
+    def _create_unnamed(self, key: str, path: Path, data: bytes, durable: bool) -> bool:
+        """Create-only in two steps (Linux): the bytes into an unnamed file of the directory (O_TMPFILE),
+        then linked under ``path`` whole or not at all; no temp name to remove, none left by a crash.
+        False when the filesystem cannot (the caller falls back to a named temp file)."""
+        try:
+            try:
+                fd = os.open(path.parent, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o666)
+            except FileNotFoundError:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path.parent, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o666)
+        except OSError as exc:
+            if exc.errno in _NO_TMPFILE:
+                self._tmpfile = False
+                return False
+            raise StorageError(f"cannot write {self.url_of(key)}: {exc}") from exc
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if durable:
+                os.fsync(fd)
+            try:
+                # linkat(AT_SYMLINK_FOLLOW), atomic create-if-absent: CPython calls linkat (not link, which
+                # would link the /proc symlink itself) only when given a dir fd, here one the absolute path ignores
+                os.link(f"/proc/self/fd/{fd}", path, src_dir_fd=fd)
+            except FileExistsError:
+                raise PreconditionFailed(f"{self.url_of(key)} already exists") from None
+            except OSError as exc:
+                if exc.errno not in _NO_TMPFILE:  # no /proc: the named temp file instead, from now on
+                    raise StorageError(f"cannot write {self.url_of(key)}: {exc}") from exc
+                self._tmpfile = False
+                return False
+        except OSError as exc:
+            raise StorageError(f"cannot write {self.url_of(key)}: {exc}") from exc
+        finally:
+            os.close(fd)
+        return True
+
     def write_stream(self, key: str, chunks: Iterable[bytes], *, if_none_match: bool = False, content_type: str | None = None) -> None:
         path = self._path(key)
-        tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{uuid.uuid4().hex}")
+        tmp = path.with_name(_tmp_name(path.name))
         try:
             try:
                 handle = open(tmp, "wb")
@@ -119,6 +181,17 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot write {self.url_of(key)}: {exc}") from exc
         finally:
             tmp.unlink(missing_ok=True)
+
+    def sync(self) -> None:
+        """syncfs(2) of the root's filesystem (Linux): data and names of every write so far, in one call;
+        sync(2) where there is no syncfs."""
+        fd = os.open(self.root, os.O_RDONLY)
+        try:
+            syncfs = _syncfs()
+            if syncfs is None or syncfs(fd) != 0:
+                os.sync()
+        finally:
+            os.close(fd)
 
     def _current_etag(self, path: Path) -> str | None:
         try:
