@@ -5,8 +5,7 @@ id, hence its key) and a second time streamed to storage and hashed again, so a 
 in between stores nothing. Many files go through a thread pool and commit in chunks, each chunk
 one segment: a file is visible whole or not at all. A push of SPARK_FILES files or more, given a
 Spark session, stores them on the executors instead (``spark_push``) and commits the same chunks.
-one segment: a file is visible whole or not at all. Small files and records are written without a
-sync each; the commit syncs them all at once before its commit point (``index.commit``).
+Small files and records are written without a sync each; the commit syncs them all at once before its commit point (``index.commit``).
 """
 
 from __future__ import annotations
