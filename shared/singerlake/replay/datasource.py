@@ -32,7 +32,7 @@ from itertools import islice
 from typing import Any
 
 from pyspark.sql import types as T
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
 from singerlake.errors import ConfigError
 from singerlake.format.catalogue import replay_schema
@@ -119,7 +119,25 @@ class SingerlakeDataSource(DataSource):
 
     def schema(self) -> T.StructType:
         lake, manifest, schema, hashes = self._selected()
-        return columns(schema, self._needs(lake.storage, schema.get("properties", {}), self._files(manifest, hashes)))
+        files = [] if self.options.get("startingPosition") == "latest" else self._files(manifest, hashes)  # streaming: nothing read yet
+        return columns(schema, self._needs(lake.storage, schema.get("properties", {}), files))
+
+    def streamReader(self, schema: T.StructType) -> DataSourceStreamReader:
+        from singerlake.replay.streaming import StreamReader
+
+        lake, manifest, json_schema, hashes = self._selected()
+        properties = json_schema.get("properties", {})
+        files = [] if self.options.get("startingPosition") == "latest" else self._files(manifest, hashes)
+        return StreamReader(
+            lake.storage,
+            self._option("tap_id"),
+            manifest.stream,
+            schema,
+            properties,
+            self._needs(lake.storage, properties, files),
+            None if self.options.get("version", "all") == "all" else hashes,
+            self.options,
+        )
 
     def reader(self, schema: T.StructType) -> DataSourceReader:
         lake, manifest, json_schema, hashes = self._selected()
@@ -144,11 +162,14 @@ def plan_files(manifest: Manifest, hashes: set[str], after: Position | None, unt
 
 def planned_lines(storage: Storage, file: dict) -> Iterator[tuple[int, int, int, bytes]]:
     """``(index, commit, position, line)`` of each RECORD line of a planned file (``plan_files``) not read
-    yet, after checking the file against its blake2 hash; ``index`` counts from the first RECORD line."""
+    yet (from ``skip``, before ``take`` when given), after checking the file against its blake2 hash;
+    ``index`` counts from the first RECORD line."""
     positions = [(commit, first + i) for commit, first, count in file["runs"] for i in range(count)]
     with open_data_file(storage, file["entry"]) as unzipped:
         unzipped.readline()  # the SCHEMA line
         for index, line in enumerate(unzipped):
+            if index >= file.get("take", len(positions)):
+                break  # a streaming micro-batch ends inside this file
             if index >= file["skip"]:
                 yield (index, *positions[index], line)
 
