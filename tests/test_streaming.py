@@ -119,18 +119,29 @@ def test_a_rebuilt_manifest_stops_a_query_restarted_from_an_older_checkpoint(spa
     assert len(sink_rows(spark, sink)) == 20  # nothing read twice
 
 
-def test_a_later_value_that_needs_a_wider_type_stops_the_query_naming_its_column(spark, lake, tmp_path):
+def test_latest_starts_after_what_is_committed_and_a_wider_value_stops_the_query_naming_its_column(spark, lake, tmp_path):
     land_events(lake, range(0, 10))
-    query = streaming(spark, lake).writeStream.format("memory").queryName("wider").option("checkpointLocation", str(tmp_path / "c"))
-    query = query.trigger(processingTime="1 second").start()
+    queries = {}
+    for name, starting in (("earliest", "earliest"), ("latest", "latest")):
+        frame = streaming(spark, lake, startingPosition=starting).writeStream.format("memory").queryName(name)
+        queries[name] = frame.option("checkpointLocation", str(tmp_path / name)).trigger(processingTime="1 second").start()
     try:
-        query.processAllAvailable()
-        assert spark.table("wider").count() == 10
-        land_events(lake, range(10, 11), amount=12345.678)  # the columns were fixed at start: decimal(3,2)
-        with pytest.raises(Exception) as failed:
+        for query in queries.values():
             query.processAllAvailable()
-        assert "column 'amount'" in str(failed.value)
+        assert spark.table("earliest").count() == 10 and spark.table("latest").count() == 0
+        land_events(lake, range(10, 15))
+        for query in queries.values():
+            query.processAllAvailable()
+        assert sorted(row["id"] for row in spark.table("latest").collect()) == list(range(10, 15))
+        assert sorted(row["id"] for row in spark.table("earliest").collect()) == list(range(15))
+
+        land_events(lake, range(15, 16), amount=12345.678)  # the columns were fixed at start: amount decimal(3,2)
+        with pytest.raises(Exception) as failed:
+            queries["earliest"].processAllAvailable()
+        assert "column 'amount'" in str(failed.value) and "restart the query" in str(failed.value)
+        assert spark.table("earliest").count() == 15  # nothing cast, nothing nulled
     finally:
-        query.stop()
+        for query in queries.values():
+            query.stop()
     with pytest.raises(Exception, match="maxRecordsPerTrigger"):
         streaming(spark, lake, maxRecordsPerTrigger="0").writeStream.format("memory").queryName("refused").start().awaitTermination(60)

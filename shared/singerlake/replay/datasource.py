@@ -37,7 +37,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from singerlake.errors import ConfigError
 from singerlake.format.catalogue import replay_schema
 from singerlake.format.datafile import open_data_file
-from singerlake.format.exact import Need, decode, join_all, records_needs, typed_table
+from singerlake.format.exact import Need, ProjectionError, covers, decode, join_all, records_needs, typed_table
 from singerlake.format.manifest import Manifest
 from singerlake.format.positions import Position, already_replayed, check_bookmark, entry_runs
 from singerlake.lake import Lake
@@ -119,15 +119,14 @@ class SingerlakeDataSource(DataSource):
 
     def schema(self) -> T.StructType:
         lake, manifest, schema, hashes = self._selected()
-        files = [] if self.options.get("startingPosition") == "latest" else self._files(manifest, hashes)  # streaming: nothing read yet
-        return columns(schema, self._needs(lake.storage, schema.get("properties", {}), files))
+        return columns(schema, self._needs(lake.storage, schema.get("properties", {}), self._files(manifest, hashes)))
 
     def streamReader(self, schema: T.StructType) -> DataSourceStreamReader:
         from singerlake.replay.streaming import StreamReader
 
         lake, manifest, json_schema, hashes = self._selected()
         properties = json_schema.get("properties", {})
-        files = [] if self.options.get("startingPosition") == "latest" else self._files(manifest, hashes)
+        files = self._files(manifest, hashes)
         return StreamReader(
             lake.storage,
             self._option("tap_id"),
@@ -217,15 +216,21 @@ def needs_on_executors(spark, storage: Storage, streams: list[tuple[dict, list[d
     return needs
 
 
-def file_batches(storage: Storage, schema: T.StructType, properties: dict, needs: dict[str, Need], file: dict) -> Iterator[Any]:
+def file_batches(
+    storage: Storage, schema: T.StructType, properties: dict, needs: dict[str, Need], file: dict, fixed: bool = False
+) -> Iterator[Any]:
     """Arrow batches of one planned file (``plan_files``) under ``schema``: the properties typed by
-    ``exact`` (the projection's ``typed_table``), then POSITION_COLUMNS."""
+    ``exact`` (the projection's ``typed_table``), then POSITION_COLUMNS. ``fixed``: ``needs`` were found
+    from other records (streaming), so a value needing more fails, naming its column."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
     target = to_arrow_schema(schema, timezone="UTC")
     for chunk in planned_messages(storage, file):
-        typed = typed_table(properties, needs, [record_of(message) for _, _, message in chunk])
+        records = [record_of(message) for _, _, message in chunk]
+        if fixed:
+            check_fits(properties, needs, records)
+        typed = typed_table(properties, needs, records)
         times = [message_time(message) for _, _, message in chunk]
         positions = [
             pa.array([commit for commit, _, _ in chunk], pa.int64()),
@@ -235,6 +240,16 @@ def file_batches(storage: Storage, schema: T.StructType, properties: dict, needs
         ]
         table = pa.Table.from_arrays([*typed.columns, *positions], names=target.names)
         yield from table.cast(target).combine_chunks().to_batches()
+
+
+def check_fits(properties: dict, needs: dict[str, Need], records: list[dict]) -> None:
+    """Refuse records a value of which needs a wider type than its column was given, naming the column."""
+    for name, need in records_needs(properties, records).items():
+        if not covers(needs.get(name), need):
+            raise ProjectionError(
+                f"column {name!r}: a value needs {json.dumps(need)}, more than the column's type (found from the records "
+                f"read when the query started: {json.dumps(needs.get(name))}); restart the query to type it anew"
+            )
 
 
 class _FilePartition(InputPartition):

@@ -183,7 +183,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [_StreamPartition(file) for file in self._planned(manifest, begin, stop)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        return file_batches(self.storage, self.schema, self.properties, self.needs, partition.file)
+        return file_batches(self.storage, self.schema, self.properties, self.needs, partition.file, fixed=True)
 
     def commit(self, end: dict) -> None:
         pass  # nothing to release: the lake keeps every record until compaction and vacuum
