@@ -32,9 +32,9 @@ def lake(tmp_path) -> LakeUnderTest:
     return local_lake_at(tmp_path / "lake")
 
 
-def land_events(lake: LakeUnderTest, ids: range, amount: float | None = None) -> None:
+def land_events(lake: LakeUnderTest, ids: range, amount: float | None = None, batch_max_rows: int = 10) -> None:
     records = [record_msg(STREAM, {"id": i, "amount": i % 10 + 0.25 if amount is None else amount, "note": f"event {i}"}) for i in ids]
-    land(lake.config, joined([schema_msg(STREAM, SCHEMA, ["id"]), *records]), batch_max_rows=10)
+    land(lake.config, joined([schema_msg(STREAM, SCHEMA, ["id"]), *records]), batch_max_rows=batch_max_rows)
 
 
 def streaming(spark, lake: LakeUnderTest, **options: str):
@@ -44,11 +44,13 @@ def streaming(spark, lake: LakeUnderTest, **options: str):
     return reader.load(lake.config["lake_root"])
 
 
-def run_available_now(spark, lake: LakeUnderTest, sink: Path, checkpoint: Path, **options: str) -> None:
+def run_available_now(spark, lake: LakeUnderTest, sink: Path, checkpoint: Path, **options: str) -> list[int]:
+    """Run the query with Trigger.AvailableNow until it stops; the records of each micro-batch that read any."""
     query = streaming(spark, lake, **options).writeStream.format("parquet").option("path", str(sink))
     query = query.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
     query.awaitTermination(120)
     assert not query.isActive
+    return [progress["numInputRows"] for progress in query.recentProgress if progress["numInputRows"]]
 
 
 def sink_rows(spark, sink: Path) -> list[tuple]:
@@ -89,9 +91,9 @@ def test_a_query_restarted_from_its_checkpoint_sees_every_record_once_across_a_c
     assert len(lake.manifest(STREAM)["files"]) < files_before  # the unread records now sit in merged files
 
     # restarted from its checkpoint, in micro-batches that end inside the merged files
-    run_available_now(spark, lake, sink, checkpoint, maxRecordsPerTrigger="7")
-    land_events(lake, range(100, 110))
-    run_available_now(spark, lake, sink, checkpoint, maxRecordsPerTrigger="7")
+    assert run_available_now(spark, lake, sink, checkpoint, maxRecordsPerTrigger="7") == [7, 7, 6]
+    land_events(lake, range(100, 110), batch_max_rows=4)
+    assert run_available_now(spark, lake, sink, checkpoint, maxFilesPerTrigger="2") == [8, 2]
 
     rows = sink_rows(spark, sink)
     assert [row[0] for row in rows] == list(range(110))  # every record, none twice

@@ -21,6 +21,10 @@ one). The types depend on the values read, so without ``needs`` the schema is fo
 selected records once on the driver; ``needs_on_executors`` reads them on the executors instead
 (``singerlake sql --raw`` does). Each partition is one data file, verified against its blake2 hash
 before it is read, and yields Arrow batches.
+
+``spark.readStream.format("singerlake")`` (same options, and ``startingPosition``,
+``maxRecordsPerTrigger``, ``maxFilesPerTrigger``) reads the records as they are committed:
+``replay/streaming.py``.
 """
 
 from __future__ import annotations

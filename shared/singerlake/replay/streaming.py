@@ -15,6 +15,7 @@ fixed when the query starts.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -111,8 +112,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         manifest = self._manifest()
         if self.after:
-            import json
-
             start = Position.from_bookmark(json.loads(self.after), self.stream)
             check_bookmark(start, manifest)
             return Position(start.commit, start.records, start.generation or manifest.generation).to_bookmark()
