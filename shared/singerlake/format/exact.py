@@ -190,6 +190,20 @@ def column_need(schema: dict, values: list[Any]) -> Need:
     return need
 
 
+def covers(fixed: Need, need: Need) -> bool:
+    """Whether a column typed for ``fixed`` holds values that need ``need`` without losing anything
+    (``fixed`` None: the declared type, whose conversion judges each value itself)."""
+    if need is None or fixed is None or fixed == "json":
+        return True
+    if isinstance(fixed, dict) and isinstance(need, dict):
+        if "struct" in fixed and "struct" in need:
+            return all(covers(fixed["struct"].get(name), child) for name, child in need["struct"].items())
+        if "list" in fixed and "list" in need:
+            return covers(fixed["list"], need["list"])
+        return False
+    return join(fixed, need) == fixed
+
+
 def join_all(needs: list[dict[str, Need]]) -> dict[str, Need]:
     joined: dict[str, Need] = {}
     for part in needs:

@@ -21,6 +21,10 @@ one). The types depend on the values read, so without ``needs`` the schema is fo
 selected records once on the driver; ``needs_on_executors`` reads them on the executors instead
 (``singerlake sql --raw`` does). Each partition is one data file, verified against its blake2 hash
 before it is read, and yields Arrow batches.
+
+``spark.readStream.format("singerlake")`` (same options, and ``startingPosition``,
+``maxRecordsPerTrigger``, ``maxFilesPerTrigger``) reads the records as they are committed:
+``replay/streaming.py``.
 """
 
 from __future__ import annotations
@@ -32,12 +36,12 @@ from itertools import islice
 from typing import Any
 
 from pyspark.sql import types as T
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
 from singerlake.errors import ConfigError
 from singerlake.format.catalogue import replay_schema
 from singerlake.format.datafile import open_data_file
-from singerlake.format.exact import Need, decode, join_all, records_needs, typed_table
+from singerlake.format.exact import Need, ProjectionError, covers, decode, join_all, records_needs, typed_table
 from singerlake.format.manifest import Manifest
 from singerlake.format.positions import Position, already_replayed, check_bookmark, entry_runs
 from singerlake.lake import Lake
@@ -121,6 +125,23 @@ class SingerlakeDataSource(DataSource):
         lake, manifest, schema, hashes = self._selected()
         return columns(schema, self._needs(lake.storage, schema.get("properties", {}), self._files(manifest, hashes)))
 
+    def streamReader(self, schema: T.StructType) -> DataSourceStreamReader:
+        from singerlake.replay.streaming import StreamReader
+
+        lake, manifest, json_schema, hashes = self._selected()
+        properties = json_schema.get("properties", {})
+        files = self._files(manifest, hashes)
+        return StreamReader(
+            lake.storage,
+            self._option("tap_id"),
+            manifest.stream,
+            schema,
+            properties,
+            self._needs(lake.storage, properties, files),
+            None if self.options.get("version", "all") == "all" else hashes,
+            self.options,
+        )
+
     def reader(self, schema: T.StructType) -> DataSourceReader:
         lake, manifest, json_schema, hashes = self._selected()
         files = self._files(manifest, hashes, getattr(self, "_until", None))
@@ -144,11 +165,14 @@ def plan_files(manifest: Manifest, hashes: set[str], after: Position | None, unt
 
 def planned_lines(storage: Storage, file: dict) -> Iterator[tuple[int, int, int, bytes]]:
     """``(index, commit, position, line)`` of each RECORD line of a planned file (``plan_files``) not read
-    yet, after checking the file against its blake2 hash; ``index`` counts from the first RECORD line."""
+    yet (from ``skip``, before ``take`` when given), after checking the file against its blake2 hash;
+    ``index`` counts from the first RECORD line."""
     positions = [(commit, first + i) for commit, first, count in file["runs"] for i in range(count)]
     with open_data_file(storage, file["entry"]) as unzipped:
         unzipped.readline()  # the SCHEMA line
         for index, line in enumerate(unzipped):
+            if index >= file.get("take", len(positions)):
+                break  # a streaming micro-batch ends inside this file
             if index >= file["skip"]:
                 yield (index, *positions[index], line)
 
@@ -196,15 +220,21 @@ def needs_on_executors(spark, storage: Storage, streams: list[tuple[dict, list[d
     return needs
 
 
-def file_batches(storage: Storage, schema: T.StructType, properties: dict, needs: dict[str, Need], file: dict) -> Iterator[Any]:
+def file_batches(
+    storage: Storage, schema: T.StructType, properties: dict, needs: dict[str, Need], file: dict, fixed: bool = False
+) -> Iterator[Any]:
     """Arrow batches of one planned file (``plan_files``) under ``schema``: the properties typed by
-    ``exact`` (the projection's ``typed_table``), then POSITION_COLUMNS."""
+    ``exact`` (the projection's ``typed_table``), then POSITION_COLUMNS. ``fixed``: ``needs`` were found
+    from other records (streaming), so a value needing more fails, naming its column."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
     target = to_arrow_schema(schema, timezone="UTC")
     for chunk in planned_messages(storage, file):
-        typed = typed_table(properties, needs, [record_of(message) for _, _, message in chunk])
+        records = [record_of(message) for _, _, message in chunk]
+        if fixed:
+            check_fits(properties, needs, records)
+        typed = typed_table(properties, needs, records)
         times = [message_time(message) for _, _, message in chunk]
         positions = [
             pa.array([commit for commit, _, _ in chunk], pa.int64()),
@@ -214,6 +244,16 @@ def file_batches(storage: Storage, schema: T.StructType, properties: dict, needs
         ]
         table = pa.Table.from_arrays([*typed.columns, *positions], names=target.names)
         yield from table.cast(target).combine_chunks().to_batches()
+
+
+def check_fits(properties: dict, needs: dict[str, Need], records: list[dict]) -> None:
+    """Refuse records a value of which needs a wider type than its column was given, naming the column."""
+    for name, need in records_needs(properties, records).items():
+        if not covers(needs.get(name), need):
+            raise ProjectionError(
+                f"column {name!r}: a value needs {json.dumps(need)}, more than the column's type (found from the records "
+                f"read when the query started: {json.dumps(needs.get(name))}); restart the query to type it anew"
+            )
 
 
 class _FilePartition(InputPartition):
