@@ -37,15 +37,8 @@ class WhatState:
 
 def read_what(storage: Storage, what: str) -> WhatState:
     listing = {i.key: i for prefix in (f"{layout.index_dir(what)}/", f"{layout.FILES}/data/{what}/") for i in storage.list(prefix)}
-    seg_dir = f"{layout.index_dir(what)}/segments/"
-    txns = [k[len(seg_dir) : -len(".json.gz")] for k in listing if k.startswith(seg_dir) and k.endswith(".json.gz")]
-    with ThreadPoolExecutor(storage.parallel_requests) as pool:
-        segments = dict(zip(txns, pool.map(lambda txn: index.read_segment(storage, what, txn) or [], txns), strict=True))
-    records: dict[str, dict] = {}
-    for txn in sorted(segments):
-        for record in segments[txn]:
-            records.setdefault(record["id"], record)
-    return WhatState(what, segments, records, listing)
+    segments = index.read_segments(storage, what, index.segment_txns(storage, what))
+    return WhatState(what, segments, index.first_per_id(segments), listing)
 
 
 def states(storage: Storage) -> Iterator[WhatState]:

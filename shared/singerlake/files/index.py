@@ -69,17 +69,26 @@ def _txns(storage: Storage, directory: str) -> list[str]:
     return [info.key.rsplit("/", 1)[1] for info in storage.list(directory)]
 
 
-def _records_of(storage: Storage, what: str, txns: Iterable[str]) -> Iterator[dict]:
-    """The records of the committed pushes among ``txns``, one per id (the earliest push's)."""
+def read_segments(storage: Storage, what: str, txns: Iterable[str]) -> dict[str, list[dict]]:
+    """The records of each committed push among ``txns`` (read at once), in txn order; uncommitted ones are left out."""
     ordered = sorted(set(txns))
     with ThreadPoolExecutor(storage.parallel_requests) as pool:
-        segments = list(pool.map(lambda txn: read_segment(storage, what, txn), ordered))
-    seen: set[str] = set()
-    for records in segments:
-        for record in records or ():
-            if record["id"] not in seen:
-                seen.add(record["id"])
-                yield record
+        found = list(pool.map(lambda txn: read_segment(storage, what, txn), ordered))
+    return {txn: records for txn, records in zip(ordered, found, strict=True) if records is not None}
+
+
+def first_per_id(segments: dict[str, list[dict]]) -> dict[str, dict]:
+    """One record per id: the earliest push's (txns are UUIDv7, ordered by time)."""
+    records: dict[str, dict] = {}
+    for txn in sorted(segments):
+        for record in segments[txn]:
+            records.setdefault(record["id"], record)
+    return records
+
+
+def _records_of(storage: Storage, what: str, txns: Iterable[str]) -> Iterator[dict]:
+    """The records of the committed pushes among ``txns``, one per id (the earliest push's)."""
+    yield from first_per_id(read_segments(storage, what, txns)).values()
 
 
 def _listings(storage: Storage, directories: list[str]) -> list[str]:
@@ -130,13 +139,17 @@ def whats(storage: Storage) -> list[str]:
     return storage.list_dirs(f"{layout.FILES}/index/")
 
 
-def all_records(storage: Storage, what: str) -> list[dict]:
-    """Every committed record of ``what``, one per id: one listing of its segments, each read once (for
-    ``singerlake docs``; a query reads only the segments its pointers name). Pointers are not read: only
-    committed pushes have a segment."""
+def segment_txns(storage: Storage, what: str) -> list[str]:
+    """The txns of every committed push of ``what``: one listing of its segments (pointers are not read)."""
     prefix = f"{layout.index_dir(what)}/segments/"
     names = (info.key[len(prefix) :] for info in storage.list(prefix))
-    return list(_records_of(storage, what, [name[: -len(".json.gz")] for name in names if "/" not in name and name.endswith(".json.gz")]))
+    return [name[: -len(layout.SEGMENT_SUFFIX)] for name in names if "/" not in name and name.endswith(layout.SEGMENT_SUFFIX)]
+
+
+def all_records(storage: Storage, what: str) -> list[dict]:
+    """Every committed record of ``what``, one per id, each segment read once (for ``singerlake docs``;
+    a query reads only the segments its pointers name)."""
+    return list(_records_of(storage, what, segment_txns(storage, what)))
 
 
 def committed_record(storage: Storage, file_id: str) -> dict | None:

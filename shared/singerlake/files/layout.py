@@ -5,6 +5,7 @@ from __future__ import annotations
 FILES = "files"
 SEGMENT_FORMAT = "singerlake-files-segment"
 FILES_SPEC_VERSION = "2.1"
+SEGMENT_SUFFIX = ".json.gz"
 LONG_SPAN_DAYS = 31  # a file over more days goes into its what's long/ bucket instead of each day's
 
 
@@ -21,7 +22,7 @@ def index_dir(what: str) -> str:
 
 
 def segment_key(what: str, txn: str) -> str:
-    return f"{index_dir(what)}/segments/{txn}.json.gz"
+    return f"{index_dir(what)}/segments/{txn}{SEGMENT_SUFFIX}"
 
 
 def day_dir(what: str, day: str) -> str:
