@@ -1,0 +1,129 @@
+"""Iceberg tables (SPEC.md §12): `singerlake project --formats delta,iceberg --iceberg-catalog NAME` registers each
+stream's current rows in a pyiceberg catalog (SQLite here), read back by pyiceberg and DuckDB's iceberg extension."""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from conftest import _new_bucket
+from lakes import TAP, LakeUnderTest, s3_lake_at
+from singerlake.jobs.delta import storage_options
+from singerlake.jobs.iceberg import DELTA_VERSION, fileio_properties, identifier
+from singerlake.storage import S3Storage
+from test_lake_jobs import run_cli
+from test_project import FIRST, STREAM, by_id, check_exact, land_records, uri
+
+pytest.importorskip("pyiceberg")
+
+
+@pytest.fixture
+def catalog_env(tmp_path, monkeypatch) -> str:
+    """A SQL catalog on SQLite named ``lake``, configured through pyiceberg's environment variables."""
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__TYPE", "sql")
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__URI", f"sqlite:///{tmp_path}/catalog.db")
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__WAREHOUSE", f"file://{tmp_path}/warehouse")
+    return "lake"
+
+
+def catalog_of(lake: LakeUnderTest):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    properties = {"uri": os.environ["PYICEBERG_CATALOG__LAKE__URI"], "warehouse": os.environ["PYICEBERG_CATALOG__LAKE__WAREHOUSE"]}
+    return SqlCatalog("lake", **properties, **fileio_properties(lake.storage))
+
+
+def duckdb_with_iceberg(lake: LakeUnderTest):
+    import duckdb
+
+    found = {
+        Path(path).name.split(".")[0]: path for path in glob.glob(f"{os.path.dirname(duckdb.__file__)}/../duckdb_ext/extensions/v*/*/*")
+    }
+    if "iceberg" not in found:
+        pytest.skip(f"no iceberg extension for DuckDB {duckdb.__version__} installed (pip install duckdb-ext-iceberg of the same version)")
+    connection = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    for name in ("httpfs", "avro", "iceberg"):
+        if name in found:
+            connection.execute(f"LOAD '{found[name]}'")
+    if isinstance(lake.storage, S3Storage):
+        options = lake.storage.open_options()
+        endpoint = options["endpoint_url"].removeprefix("http://")
+        connection.execute(
+            f"CREATE SECRET lake (TYPE s3, KEY_ID '{options['access_key_id']}', SECRET '{options['secret_access_key']}', "
+            f"REGION '{options['region']}', ENDPOINT '{endpoint}', URL_STYLE 'path', USE_SSL false)"
+        )
+    return connection
+
+
+def duckdb_rows(lake: LakeUnderTest, metadata_location: str) -> list[dict]:
+    connection = duckdb_with_iceberg(lake)
+    result = connection.sql(f"SELECT * FROM iceberg_scan('{metadata_location}')")
+    return [dict(zip(result.columns, row, strict=True)) for row in result.fetchall()]
+
+
+def delta_rows(lake: LakeUnderTest) -> list[dict]:
+    return DeltaTable(uri(lake), storage_options=storage_options(lake.storage)).to_pyarrow_table().to_pylist()
+
+
+def project_cli(lake: LakeUnderTest, *extra: str):
+    started = time.monotonic()
+    done = run_cli(lake, "project", *extra)
+    print(f"project {' '.join(extra)}: {time.monotonic() - started:.1f}s")
+    return done
+
+
+def check_iceberg_lake(lake: LakeUnderTest) -> None:
+    land_records(lake, FIRST)
+    done = project_cli(lake, "--formats", "delta,iceberg", "--iceberg-catalog", "lake")
+    assert done.returncode == 0, done.stderr
+    catalog = catalog_of(lake)
+    assert identifier(TAP, STREAM) == (TAP, "public_tricky")
+    table = catalog.load_table(identifier(TAP, STREAM))
+    assert len(table.snapshots()) == 1 and table.current_snapshot().summary[DELTA_VERSION] == "0"
+    rows = table.scan().to_arrow().to_pylist()
+    check_exact(by_id(rows))
+    assert by_id(rows) == by_id(delta_rows(lake))
+    assert str(table.schema().find_field("amount").field_type) == "decimal(38, 18)"
+    duck = by_id(duckdb_rows(lake, table.metadata_location))
+    check_exact(duck)
+    assert duck == by_id(delta_rows(lake))
+
+    land_records(lake, ['{"id": 2, "amount": 2.25, "big": 5, "huge": 4}', '{"id": 4, "amount": 1, "big": 99999999999999999999999}'])
+    done = project_cli(lake, "--formats", "delta,iceberg", "--iceberg-catalog", "lake")
+    assert done.returncode == 0, done.stderr
+    table = catalog.load_table(identifier(TAP, STREAM))
+    assert len(table.snapshots()) == 2 and table.current_snapshot().summary[DELTA_VERSION] == "1"
+    assert table.current_snapshot().parent_snapshot_id == table.snapshots()[0].snapshot_id
+    rows = by_id(table.scan().to_arrow().to_pylist())
+    assert sorted(rows) == [1, 2, 3, 4] and rows == by_id(delta_rows(lake))
+    assert str(rows[2]["amount"]) == "2.250000000000000000" and rows[2]["big"] == 5 and rows[4]["big"] == 99999999999999999999999
+    assert by_id(duckdb_rows(lake, table.metadata_location)) == rows
+    delta_files = set(DeltaTable(uri(lake), storage_options=storage_options(lake.storage)).file_uris())
+    iceberg_files = {task.file.file_path for task in table.scan().plan_files()}
+    assert {path.rsplit("/", 1)[1] for path in iceberg_files} == {path.rsplit("/", 1)[1] for path in delta_files}
+
+    done = project_cli(lake, "--formats", "delta,iceberg", "--iceberg-catalog", "lake")  # nothing new: no snapshot
+    assert done.returncode == 0, done.stderr
+    assert len(catalog.load_table(identifier(TAP, STREAM)).snapshots()) == 2
+
+
+def test_project_registers_exact_iceberg_tables_in_a_sqlite_catalog(local_lake, catalog_env):
+    check_iceberg_lake(local_lake)
+
+
+def test_project_registers_iceberg_tables_on_seaweedfs(request, seaweedfs_server, catalog_env):
+    check_iceberg_lake(s3_lake_at(_new_bucket(request, seaweedfs_server)))
+
+
+def test_a_missing_catalog_is_one_line_with_exit_2(local_lake, catalog_env):
+    land_records(local_lake, FIRST)
+    for extra, message in (
+        (["--formats", "iceberg"], "needs --iceberg-catalog"),
+        (["--formats", "delta,iceberg", "--iceberg-catalog", "nowhere"], "'nowhere' is not configured"),
+    ):
+        done = run_cli(local_lake, "project", *extra)
+        assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
