@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
 from conftest import _new_bucket
+from deltalake import DeltaTable
 from lakes import TAP, LakeUnderTest, s3_lake_at
 from singerlake.jobs.delta import storage_options
 from singerlake.jobs.iceberg import DELTA_VERSION, fileio_properties, identifier

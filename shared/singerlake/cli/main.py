@@ -389,7 +389,7 @@ def parser() -> argparse.ArgumentParser:
     sub.choices["project"].add_argument(
         "--iceberg-catalog",
         metavar="NAME",
-        help="the pyiceberg catalog (.pyiceberg.yaml or PYICEBERG_CATALOG__NAME__*) of --formats iceberg",
+        help="--formats iceberg: the pyiceberg catalog (.pyiceberg.yaml, PYICEBERG_CATALOG__NAME__*)",
     )
     sql = command("sql", cmd_sql, "Spark SQL over a tap's streams: each a view of its current rows (--raw: every record)", spark=True)
     sql.add_argument(
