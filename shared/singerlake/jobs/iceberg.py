@@ -106,6 +106,38 @@ def mirrored_version(table) -> int | None:
     return int(version) if version is not None else None
 
 
+def same_type(a, b) -> bool:
+    """Equal Iceberg types, field ids aside."""
+    from pyiceberg.types import ListType, MapType, StructType
+
+    if isinstance(a, StructType) and isinstance(b, StructType):
+        return [f.name for f in a.fields] == [f.name for f in b.fields] and all(
+            same_type(x.field_type, y.field_type) for x, y in zip(a.fields, b.fields, strict=True)
+        )
+    if isinstance(a, ListType) and isinstance(b, ListType):
+        return same_type(a.element_type, b.element_type)
+    if isinstance(a, MapType) and isinstance(b, MapType):
+        return same_type(a.key_type, b.key_type) and same_type(a.value_type, b.value_type)
+    return a == b
+
+
+def evolve_schema(tx, arrow_schema) -> None:
+    """The table's schema made the Delta table's: columns gone from it are dropped, a column whose
+    type changed is dropped and added again (a new field id: older snapshots keep reading their
+    files with the old type), new columns are added."""
+    from pyiceberg.catalog import Catalog
+
+    wanted = {field.name: field.field_type for field in Catalog._convert_schema_if_needed(arrow_schema).fields}
+    current = {field.name: field.field_type for field in tx.table_metadata.schema().fields}
+    dropped = [name for name, kind in current.items() if name not in wanted or not same_type(kind, wanted[name])]
+    if dropped:
+        with tx.update_schema(allow_incompatible_changes=True) as update:
+            for name in dropped:
+                update.delete_column((name,))
+    with tx.update_schema() as update:
+        update.union_by_name(arrow_schema)
+
+
 def sync(storage: Storage, catalog, tap_id: str, stream: str, published: delta.Published, arrow_schema) -> int | None:
     """Make the Iceberg table's files the Delta table's at ``published`` in ONE snapshot (none when
     it mirrors that version or a later one already). Returns the table's current snapshot id."""
@@ -122,8 +154,7 @@ def sync(storage: Storage, catalog, tap_id: str, stream: str, published: delta.P
         wanted = {file_uri(storage, f"{key}/{part['published']}") for part in published.state["parts"]}
         current = _current_files(table)
         tx = table.transaction()
-        with tx.update_schema(allow_incompatible_changes=True) as update:
-            update.union_by_name(arrow_schema)
+        evolve_schema(tx, arrow_schema)
         mapping = tx.table_metadata.schema().name_mapping.model_dump_json()
         if tx.table_metadata.properties.get(NAME_MAPPING) != mapping:
             tx.set_properties(**{NAME_MAPPING: mapping})
