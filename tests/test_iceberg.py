@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from pathlib import Path
 
@@ -13,8 +14,9 @@ import pytest
 from conftest import _new_bucket
 from deltalake import DeltaTable
 from lakes import TAP, LakeUnderTest, s3_lake_at
-from singerlake.jobs.delta import storage_options
-from singerlake.jobs.iceberg import DELTA_VERSION, fileio_properties, identifier
+from singerlake.jobs import delta
+from singerlake.jobs.delta import storage_options, table_key
+from singerlake.jobs.iceberg import DELTA_VERSION, fileio_properties, identifier, open_catalog, sync
 from singerlake.jobs.project import project
 from singerlake.jobs.vacuum import vacuum
 from singerlake.storage import S3Storage
@@ -157,3 +159,25 @@ def test_type_changes_and_runs_without_iceberg_are_caught_up(local_lake, catalog
 
     deletions = vacuum(open_lake(local_lake), retention_s=0)  # a dry run: Delta's vacuum leaves Iceberg's metadata alone
     assert not [d.path for d in deletions if "/_iceberg/" in d.path]
+
+
+def test_concurrent_commits_to_one_table_are_serialised_and_many_streams_share_the_catalog(local_lake, catalog_env, spark):  # noqa: F811
+    """Two syncs of one table at once (two runs): the lake's lock lets one create the table and commit, the other then
+    finds that version mirrored. Several streams commit to one SQLite catalog in one run (the driver's threads)."""
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}, "s": {"type": "string"}}}
+    streams = [f"s{number}" for number in range(6)]
+    for stream in streams:
+        land_records(local_lake, [f'{{"id": 1, "s": "{stream}"}}'], stream, schema)
+    project(open_lake(local_lake), spark, TAP, formats=["delta"])
+    storage, published = local_lake.storage, delta.latest(local_lake.storage, table_key(TAP, "s0"))
+    arrow_schema = DeltaTable(uri(local_lake, "s0")).to_pyarrow_table().schema
+    catalogs = [open_catalog("lake", storage) for _ in range(2)]
+    with ThreadPoolExecutor(2) as pool:
+        snapshots = list(pool.map(lambda catalog: sync(storage, catalog, TAP, "s0", published, arrow_schema), catalogs))
+    table = catalogs[0].load_table(identifier(TAP, "s0"))
+    assert len(table.snapshots()) == 1 and snapshots == [table.current_snapshot().snapshot_id] * 2
+
+    results = project(open_lake(local_lake), spark, TAP, formats=["delta", "iceberg"], iceberg_catalog="lake")
+    assert sorted(result["stream"] for result in results) == streams
+    for stream in streams:
+        assert catalogs[0].load_table(identifier(TAP, stream)).scan().to_arrow().to_pylist() == [{"id": 1, "s": stream}]
