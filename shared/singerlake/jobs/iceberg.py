@@ -72,18 +72,27 @@ def open_catalog(name: str, storage: Storage):
         raise ConfigError(f"iceberg catalog {name!r} could not be opened: {exc}".splitlines()[0]) from None
 
 
+def ensure_namespace(catalog, namespace: str) -> None:
+    """The namespace, created unless it exists. Another thread or run may create it meanwhile: some
+    catalogs then raise other errors than NamespaceAlreadyExistsError (SQLite: a unique constraint)."""
+    if catalog.namespace_exists(namespace):
+        return
+    try:
+        catalog.create_namespace(namespace)
+    except Exception:
+        if not catalog.namespace_exists(namespace):
+            raise
+
+
 def _load_or_create(catalog, tap_id: str, stream: str, location: str, schema):
-    from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+    from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 
     namespace, name = identifier(tap_id, stream)
     try:
         return catalog.load_table((namespace, name))
     except NoSuchTableError:
         pass
-    try:
-        catalog.create_namespace(namespace)
-    except NamespaceAlreadyExistsError:
-        pass
+    ensure_namespace(catalog, namespace)
     try:
         return catalog.create_table((namespace, name), schema=schema, location=location)
     except TableAlreadyExistsError:

@@ -542,6 +542,8 @@ def project(
     committed = for_each_stream(list(written), lambda tap, name: commit_run(lake, plans[(tap, name)], written[(tap, name)]), found)
     if catalog is not None:  # after the Delta commits; also streams with nothing new whose Iceberg table lags behind
         mirror = [stream_id for stream_id, plan in plans.items() if not found.has(*stream_id) and plan.published.version is not None]
+        for tap in sorted({tap for tap, _ in mirror}):  # once, before the streams' threads
+            iceberg.ensure_namespace(catalog, tap)
         snapshots = for_each_stream(mirror, lambda tap, name: sync_iceberg(lake, catalog, plans[(tap, name)]), found)
         for stream_id, snapshot in snapshots.items():
             if stream_id in committed:
