@@ -138,13 +138,16 @@ def test_a_missing_catalog_is_one_line_with_exit_2(local_lake, catalog_env):
 def test_type_changes_and_runs_without_iceberg_are_caught_up(local_lake, catalog_env, spark):  # noqa: F811
     """`--formats iceberg` alone; a column whose type changes gets a new field id; a run without iceberg leaves the
     Iceberg table behind, and the next one with it catches up."""
-    stream, schema = "users", {"type": "object", "properties": {"id": {"type": "integer"}, "v": {"type": "number"}}}
+    struct = {"type": "object", "properties": {"a b": {"type": "number"}, "c": {"type": "array", "items": {"type": "string"}}}}
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}, "v": {"type": "number"}, "o": struct}}
+    stream, o = "users", {"a b": Decimal("0.5"), "c": ["x", None]}
     run = lambda formats: project(open_lake(local_lake), spark, TAP, formats=formats, iceberg_catalog="lake")  # noqa: E731
-    land_records(local_lake, ['{"id": 1, "v": 1.5}'], stream, schema)
+    land_records(local_lake, ['{"id": 1, "v": 1.5, "o": {"a b": 0.5, "c": ["x", null]}}'], stream, schema)
     run(["iceberg"])
     table = catalog_of(local_lake).load_table(identifier(TAP, stream))
     first = table.current_snapshot().snapshot_id
-    assert table.scan().to_arrow().to_pylist() == [{"id": 1, "v": Decimal("1.5")}]
+    assert table.scan().to_arrow().to_pylist() == [{"id": 1, "v": Decimal("1.5"), "o": o}]
+    assert str(table.schema().find_field("o").field_type).startswith("struct<")
 
     land_records(local_lake, ['{"id": 2, "v": 1e400}'], stream, schema)
     run(["delta"])  # Iceberg not asked for: left at the first version
@@ -152,10 +155,10 @@ def test_type_changes_and_runs_without_iceberg_are_caught_up(local_lake, catalog
     run(["delta", "iceberg"])  # nothing new for Delta; Iceberg catches up in one snapshot
     table = catalog_of(local_lake).load_table(identifier(TAP, stream))
     assert len(table.snapshots()) == 2 and table.current_snapshot().summary[DELTA_VERSION] == "1"
-    assert by_id(table.scan().to_arrow().to_pylist()) == {1: {"id": 1, "v": "1.5"}, 2: {"id": 2, "v": "1E+400"}}
+    assert by_id(table.scan().to_arrow().to_pylist()) == {1: {"id": 1, "v": "1.5", "o": o}, 2: {"id": 2, "v": "1E+400", "o": None}}
     # The older snapshot stays readable; its files hold no field ids and are read through the current name mapping,
     # so the column whose type changed (a new field id) reads as null there (SPEC.md §12).
-    assert table.scan(snapshot_id=first).to_arrow().to_pylist() == [{"id": 1, "v": None}]
+    assert table.scan(snapshot_id=first).to_arrow().to_pylist() == [{"id": 1, "v": None, "o": o}]
     assert by_id(duckdb_rows(local_lake, table.metadata_location)) == by_id(delta_rows(local_lake, stream))
 
     deletions = vacuum(open_lake(local_lake), retention_s=0)  # a dry run: Delta's vacuum leaves Iceberg's metadata alone
