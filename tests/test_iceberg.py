@@ -207,3 +207,14 @@ def test_a_large_streams_snapshot_replaces_only_the_touched_buckets_files(local_
     assert int(summary["total-data-files"]) >= 8 and summary.operation.value == "overwrite"
     rows = by_id(table.scan().to_arrow().to_pylist())
     assert len(rows) == 3000 and rows[7]["v"] == rows[2024]["v"] == "second" and rows[8]["v"] == "first 8" * 3
+
+
+def test_two_streams_mapping_to_one_table_name_fail_the_second(local_lake, catalog_env, spark):  # noqa: F811
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}}}
+    land_records(local_lake, ['{"id": 1}'], "public.users", schema)
+    land_records(local_lake, ['{"id": 2}'], "public_users", schema)
+    failures = []
+    project(open_lake(local_lake), spark, TAP, formats=["delta", "iceberg"], iceberg_catalog="lake", failures=failures)
+    assert len(failures) == 1 and "holds stream" in failures[0].cause, failures
+    table = catalog_of(local_lake).load_table((TAP, "public_users"))
+    assert table.properties["singerlake.stream"] != failures[0].stream and len(table.scan().to_arrow()) == 1

@@ -29,6 +29,7 @@ from singerlake.storage import LocalStorage, Storage
 DELTA_VERSION = "singerlake.delta-version"
 POSITION = "singerlake.position"
 NAME_MAPPING = "schema.name-mapping.default"
+STREAM = "singerlake.stream"  # table property: the stream it holds (two names may map to one table name)
 
 
 def identifier(tap_id: str, stream: str) -> tuple[str, str]:
@@ -89,14 +90,18 @@ def _load_or_create(catalog, tap_id: str, stream: str, location: str, schema):
 
     namespace, name = identifier(tap_id, stream)
     try:
-        return catalog.load_table((namespace, name))
+        table = catalog.load_table((namespace, name))
     except NoSuchTableError:
-        pass
-    ensure_namespace(catalog, namespace)
-    try:
-        return catalog.create_table((namespace, name), schema=schema, location=location)
-    except TableAlreadyExistsError:
-        return catalog.load_table((namespace, name))
+        ensure_namespace(catalog, namespace)
+        try:
+            table = catalog.create_table((namespace, name), schema=schema, location=location, properties={STREAM: stream})
+        except TableAlreadyExistsError:
+            table = catalog.load_table((namespace, name))
+    held = table.properties.get(STREAM)
+    if held != stream:
+        holds = f"stream {held!r}" if held else "no singerlake stream"
+        raise ConfigError(f"iceberg table {namespace}.{name} holds {holds}, not {stream!r}")
+    return table
 
 
 def _current_files(table) -> dict[str, Any]:
