@@ -7,6 +7,7 @@ changes only what must change:
     staging/<tap>/<stream>/part-<id>.parquet     current rows: _key, positions, _record (the record's JSON text)
     published/<tap>/<stream>/part-<id>.parquet   the same rows typed exactly (``exact``), one file per staging part
     published/<tap>/<stream>/_delta_log/         one Delta commit per run (``delta``), the only commit point
+    published/<tap>/<stream>/_iceberg/           with ``iceberg``: the same files as an Iceberg table, one snapshot per run (``iceberg``)
 
 A previous part holding a key a new record updates is rewritten without that row; the new current
 rows form one new part; other parts stay. Column types come from the declared schema and the
