@@ -145,11 +145,12 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
 
 def cmd_project(args: argparse.Namespace) -> int:
-    from singerlake.jobs.project import project
+    from singerlake.jobs.project import check_formats, project
 
     lake = open_lake(args)
     failures: list = []
     formats = args.formats.split(",")
+    check_formats(lake, formats, args.iceberg_catalog)  # before Spark starts: a wrong format or catalog fails at once
     results = project(
         lake,
         start_spark(args),
@@ -159,6 +160,7 @@ def cmd_project(args: argparse.Namespace) -> int:
         progress=progress(args, "project"),
         failures=failures,
         hard_delete=args.hard_delete,
+        iceberg_catalog=args.iceberg_catalog,
     )
     text = "\n".join(
         f"{r['stream']}: {r['new_records']:,} new records, {r['rows']:,} current rows -> {r['table']} (version {r['version']})"
@@ -380,7 +382,15 @@ def parser() -> argparse.ArgumentParser:
         cmd.add_argument("--stream", help="only this stream (with --tap)")
     sub.choices["compact"].add_argument("--target-size-mib", type=float, default=128, help="size of merged files (default 128)")
     sub.choices["project"].add_argument(
-        "--formats", default="delta", help="delta (always) and optionally csv: a CSV twin of each published file (default delta)"
+        "--formats",
+        default="delta",
+        help="delta (always), and optionally csv (a CSV twin of each published file) and iceberg (each table also an Iceberg "
+        "table in --iceberg-catalog, on the same files) (default delta)",
+    )
+    sub.choices["project"].add_argument(
+        "--iceberg-catalog",
+        metavar="NAME",
+        help="--formats iceberg: the pyiceberg catalog (.pyiceberg.yaml, PYICEBERG_CATALOG__NAME__*)",
     )
     sub.choices["project"].add_argument(
         "--hard-delete",

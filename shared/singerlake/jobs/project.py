@@ -7,6 +7,7 @@ changes only what must change:
     staging/<tap>/<stream>/part-<id>.parquet     current rows: _key, positions, _record (the record's JSON text)
     published/<tap>/<stream>/part-<id>.parquet   the same rows typed exactly (``exact``), one file per staging part
     published/<tap>/<stream>/_delta_log/         one Delta commit per run (``delta``), the only commit point
+    published/<tap>/<stream>/_iceberg/           with ``iceberg``: the same files as an Iceberg table, one snapshot per run (``iceberg``)
 
 A previous part holding a key a new record updates is rewritten without that row; the new current
 rows form one new part; other parts stay. Column types come from the declared schema and the
@@ -44,7 +45,7 @@ from singerlake.format.manifest import Manifest
 from singerlake.format.messages import decode_envelope
 from singerlake.format.names import encode_segment
 from singerlake.format.positions import Position, check_bookmark
-from singerlake.jobs import delta
+from singerlake.jobs import delta, iceberg
 from singerlake.jobs.runner import (
     Failures,
     Progress,
@@ -67,7 +68,7 @@ MIN_BUCKET_BYTES = 1 << 10
 STREAMS_PER_TASK = 16
 THREADS_PER_TASK = 2  # a small stream's work is mostly Python (JSON, rows): more threads only hold more memory
 ARROW_BATCH_ROWS = 8192
-FORMATS = ("delta", "csv")
+FORMATS = ("delta", "csv", "iceberg")
 STAGING_SCHEMA = (
     "_key string, _singerlake_commit long, _singerlake_index long, _singerlake_version string, _singerlake_time long, _record string,"
     " _singerlake_table_version long, _singerlake_deleted_at string"
@@ -637,6 +638,24 @@ def commit_run(lake: Lake, plan: StreamPlan, result: dict) -> dict:
     return plan.summary(plan.new_records)
 
 
+def check_formats(lake: Lake, formats: list[str], iceberg_catalog: str | None = None):
+    """ConfigError for an unknown format or Iceberg without a catalog that opens; the Iceberg catalog (or None)."""
+    unknown = set(formats) - set(FORMATS) - {"parquet"}
+    if unknown:
+        raise ConfigError(f"unknown published formats {sorted(unknown)}; use delta, csv and/or iceberg")
+    if "iceberg" not in formats:
+        return None
+    if not iceberg_catalog:
+        raise ConfigError("--formats iceberg needs --iceberg-catalog NAME (a pyiceberg catalog)")
+    return iceberg.open_catalog(iceberg_catalog, lake.storage)
+
+
+def sync_iceberg(lake: Lake, catalog, plan: StreamPlan) -> int | None:
+    """The stream's Iceberg table made the Delta table's latest version, in one snapshot (SPEC.md §12)."""
+    schema = table_schema(plan.properties, plan.state["types"])
+    return iceberg.sync(lake.storage, catalog, plan.tap_id, plan.stream, plan.published, schema)
+
+
 def project(
     lake: Lake,
     spark,
@@ -647,16 +666,16 @@ def project(
     progress: Progress | None = None,
     failures: list[StreamFailure] | None = None,
     hard_delete: bool = False,
+    iceberg_catalog: str | None = None,
 ) -> list[dict]:
     """Project the selected streams. A stream that fails is added to ``failures`` (its table stays at
     its last version) and the others are projected; without ``failures``, StreamsFailed is raised at the end.
     Deleted rows (``_sdc_deleted_at``, ACTIVATE_VERSION) stay with ``_sdc_deleted_at`` set, or with
-    ``hard_delete`` are left out (SPEC.md §12)."""
+    ``hard_delete`` are left out (SPEC.md §12). With ``iceberg`` among the formats, each table is also
+    an Iceberg table in the pyiceberg catalog ``iceberg_catalog``."""
     lake.check_exists()
     formats = ["delta" if fmt == "parquet" else fmt for fmt in (formats or ["delta"])]
-    unknown = set(formats) - set(FORMATS)
-    if unknown:
-        raise ConfigError(f"unknown published formats {sorted(unknown)}; use delta and/or csv")
+    catalog = check_formats(lake, formats, iceberg_catalog)
     found = Failures()
     plans = for_each_stream(selected_streams(lake, tap_id, stream), lambda tap, name: plan_stream(lake, tap, name, hard_delete), found)
     pending = [plan for plan in plans.values() if not plan.up_to_date]
@@ -666,6 +685,14 @@ def project(
     run_large = lambda tap, name: project_large_stream(lake, spark, large[(tap, name)], formats, small_stream_bytes)  # noqa: E731
     written |= for_each_stream(list(large), run_large, found, 1)
     committed = for_each_stream(list(written), lambda tap, name: commit_run(lake, plans[(tap, name)], written[(tap, name)]), found)
+    if catalog is not None:  # after the Delta commits; also streams with nothing new whose Iceberg table lags behind
+        mirror = [stream_id for stream_id, plan in plans.items() if not found.has(*stream_id) and plan.published.version is not None]
+        for tap in sorted({tap for tap, _ in mirror}):  # once, before the streams' threads
+            iceberg.ensure_namespace(catalog, tap)
+        snapshots = for_each_stream(mirror, lambda tap, name: sync_iceberg(lake, catalog, plans[(tap, name)]), found)
+        for stream_id, snapshot in snapshots.items():
+            if stream_id in committed:
+                committed[stream_id]["iceberg_snapshot"] = snapshot
     results = [committed.get(stream_id) or plan.summary() for stream_id, plan in plans.items() if not found.has(*stream_id)]
     found.deliver(failures)
     return results

@@ -1,0 +1,185 @@
+"""The published tables as Iceberg tables too (SPEC.md §12), through pyiceberg, in the catalog the user names.
+
+The Delta table stays the projection's commit point (its log carries each run's state). Iceberg
+gets the same Parquet files: after a stream's Delta commit, one Iceberg snapshot makes the Iceberg
+table's data files equal to the Delta table's (files added with name mapping: published files hold
+no field ids), recording the Delta version it mirrors. A run whose Iceberg commit failed leaves that
+version behind; the next run catches up, even when the Delta table has nothing new.
+
+    published/<tap>/<stream>/part-*.parquet         the data files of both tables
+    published/<tap>/<stream>/_iceberg/metadata/     Iceberg's metadata (the table's location)
+    published/<tap>/<stream>/_iceberg/singerlake.lock   one commit at a time per table (SPEC.md §8)
+
+Catalogs are configured the way pyiceberg users configure them (``.pyiceberg.yaml``,
+``PYICEBERG_CATALOG__<NAME>__URI`` ...): SQL (SQLite, PostgreSQL), REST, Glue ... Namespace = the
+tap id, table = the stream name with every character other than letters, digits and ``_`` as ``_``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from singerlake.commits.lock import Lock
+from singerlake.errors import ConfigError
+from singerlake.format.layout import LOCK
+from singerlake.jobs import delta
+from singerlake.storage import LocalStorage, Storage
+
+DELTA_VERSION = "singerlake.delta-version"
+POSITION = "singerlake.position"
+NAME_MAPPING = "schema.name-mapping.default"
+STREAM = "singerlake.stream"  # table property: the stream it holds (two names may map to one table name)
+
+
+def identifier(tap_id: str, stream: str) -> tuple[str, str]:
+    """The table's (namespace, name): the tap id, and the stream name with odd characters as ``_``
+    (``public.users`` -> ``public_users``: a dot would be read as a namespace level)."""
+    return tap_id, re.sub(r"[^A-Za-z0-9_]", "_", stream)
+
+
+def file_uri(storage: Storage, key: str) -> str:
+    uri = delta.table_uri(storage, key)
+    return f"file://{uri}" if isinstance(storage, LocalStorage) else uri
+
+
+def fileio_properties(storage: Storage) -> dict[str, str]:
+    """pyiceberg's S3 FileIO properties for the lake's storage (the credentials delta-rs gets)."""
+    options = delta.storage_options(storage)
+    names = {
+        "AWS_ACCESS_KEY_ID": "s3.access-key-id",
+        "AWS_SECRET_ACCESS_KEY": "s3.secret-access-key",
+        "AWS_SESSION_TOKEN": "s3.session-token",
+        "AWS_REGION": "s3.region",
+        "AWS_ENDPOINT_URL": "s3.endpoint",
+    }
+    return {names[key]: value for key, value in options.items() if key in names}
+
+
+def open_catalog(name: str, storage: Storage):
+    """The catalog ``name`` as pyiceberg's configuration (file or environment) describes it, its
+    S3 access defaulting to the lake's. An unknown name or a catalog that fails to open: ConfigError."""
+    try:
+        from pyiceberg.catalog import load_catalog
+        from pyiceberg.utils.config import Config
+    except ImportError:
+        raise ConfigError("--formats iceberg needs pyiceberg: pip install 'singerlake[spark]'") from None
+    config = Config().get_catalog_config(name.lower())
+    if not config:
+        raise ConfigError(f"iceberg catalog {name!r} is not configured: set PYICEBERG_CATALOG__{name.upper()}__URI (or .pyiceberg.yaml)")
+    try:
+        return load_catalog(name, **(fileio_properties(storage) | dict(config)))
+    except Exception as exc:
+        raise ConfigError(f"iceberg catalog {name!r} could not be opened: {exc}".splitlines()[0]) from None
+
+
+def ensure_namespace(catalog, namespace: str) -> None:
+    """The namespace, created unless it exists. Another thread or run may create it meanwhile: some
+    catalogs then raise other errors than NamespaceAlreadyExistsError (SQLite: a unique constraint)."""
+    if catalog.namespace_exists(namespace):
+        return
+    try:
+        catalog.create_namespace(namespace)
+    except Exception:
+        if not catalog.namespace_exists(namespace):
+            raise
+
+
+def _load_or_create(catalog, tap_id: str, stream: str, location: str, schema):
+    from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+
+    namespace, name = identifier(tap_id, stream)
+    try:
+        table = catalog.load_table((namespace, name))
+    except NoSuchTableError:
+        ensure_namespace(catalog, namespace)
+        try:
+            table = catalog.create_table((namespace, name), schema=schema, location=location, properties={STREAM: stream})
+        except TableAlreadyExistsError:
+            table = catalog.load_table((namespace, name))
+    held = table.properties.get(STREAM)
+    if held != stream:
+        holds = f"stream {held!r}" if held else "no singerlake stream"
+        raise ConfigError(f"iceberg table {namespace}.{name} holds {holds}, not {stream!r}")
+    return table
+
+
+def _current_files(table) -> dict[str, Any]:
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return {}
+    entries = (
+        entry for manifest in snapshot.manifests(table.io) for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+    )
+    return {entry.data_file.file_path: entry.data_file for entry in entries}
+
+
+def mirrored_version(table) -> int | None:
+    snapshot = table.current_snapshot()
+    version = snapshot.summary.additional_properties.get(DELTA_VERSION) if snapshot and snapshot.summary else None
+    return int(version) if version is not None else None
+
+
+def same_type(a, b) -> bool:
+    """Equal Iceberg types, field ids aside."""
+    from pyiceberg.types import ListType, MapType, StructType
+
+    if isinstance(a, StructType) and isinstance(b, StructType):
+        return [f.name for f in a.fields] == [f.name for f in b.fields] and all(
+            same_type(x.field_type, y.field_type) for x, y in zip(a.fields, b.fields, strict=True)
+        )
+    if isinstance(a, ListType) and isinstance(b, ListType):
+        return same_type(a.element_type, b.element_type)
+    if isinstance(a, MapType) and isinstance(b, MapType):
+        return same_type(a.key_type, b.key_type) and same_type(a.value_type, b.value_type)
+    return a == b
+
+
+def evolve_schema(tx, arrow_schema) -> None:
+    """The table's schema made the Delta table's: columns gone from it are dropped, a column whose
+    type changed is dropped and added again (a new field id: older snapshots keep reading their
+    files with the old type), new columns are added."""
+    from pyiceberg.catalog import Catalog
+
+    wanted = {field.name: field.field_type for field in Catalog._convert_schema_if_needed(arrow_schema).fields}
+    current = {field.name: field.field_type for field in tx.table_metadata.schema().fields}
+    dropped = [name for name, kind in current.items() if name not in wanted or not same_type(kind, wanted[name])]
+    if dropped:
+        with tx.update_schema(allow_incompatible_changes=True) as update:
+            for name in dropped:
+                update.delete_column((name,))
+    with tx.update_schema() as update:
+        update.union_by_name(arrow_schema)
+
+
+def sync(storage: Storage, catalog, tap_id: str, stream: str, published: delta.Published, arrow_schema) -> int | None:
+    """Make the Iceberg table's files the Delta table's at ``published`` in ONE snapshot (none when
+    it mirrors that version or a later one already). Returns the table's current snapshot id."""
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    if published.version is None or not published.state:
+        return None
+    key = delta.table_key(tap_id, stream)
+    with Lock(storage, f"{key}/_iceberg/{LOCK}", writer_prefix="iceberg"):
+        table = _load_or_create(catalog, tap_id, stream, f"{file_uri(storage, key)}/_iceberg", arrow_schema)
+        mirrored = mirrored_version(table)
+        if mirrored is not None and mirrored >= published.version:
+            return table.current_snapshot().snapshot_id
+        wanted = {file_uri(storage, f"{key}/{part['published']}") for part in published.state["parts"]}
+        current = _current_files(table)
+        tx = table.transaction()
+        evolve_schema(tx, arrow_schema)
+        mapping = tx.table_metadata.schema().name_mapping.model_dump_json()
+        if tx.table_metadata.properties.get(NAME_MAPPING) != mapping:
+            tx.set_properties(**{NAME_MAPPING: mapping})
+        properties = {DELTA_VERSION: str(published.version), POSITION: str(published.state["position"])}
+        removed = [file for path, file in current.items() if path not in wanted]
+        added = sorted(wanted - set(current))
+        snapshot = tx.update_snapshot(snapshot_properties=properties)
+        with snapshot.overwrite() if removed else snapshot.fast_append() as producer:
+            for file in removed:
+                producer.delete_data_file(file)
+            for path in added:
+                producer.append_data_file(parquet_file_to_data_file(table.io, tx.table_metadata, path))
+        table = tx.commit_transaction()
+        return table.current_snapshot().snapshot_id

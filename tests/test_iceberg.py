@@ -1,0 +1,220 @@
+"""Iceberg tables (SPEC.md §12): `singerlake project --formats delta,iceberg --iceberg-catalog NAME` registers each
+stream's current rows in a pyiceberg catalog (SQLite here), read back by pyiceberg and DuckDB's iceberg extension."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from conftest import _new_bucket
+from deltalake import DeltaTable
+from lakes import TAP, LakeUnderTest, s3_lake_at
+from singerlake.jobs import delta
+from singerlake.jobs.delta import storage_options, table_key
+from singerlake.jobs.iceberg import DELTA_VERSION, fileio_properties, identifier, open_catalog, sync
+from singerlake.jobs.project import project
+from singerlake.jobs.vacuum import vacuum
+from singerlake.storage import S3Storage
+from test_lake_jobs import open_lake, run_cli, spark  # noqa: F401  (spark: the module's session fixture)
+from test_project import FIRST, STREAM, by_id, check_exact, land_records, uri
+
+pytest.importorskip("pyiceberg")
+
+
+@pytest.fixture
+def catalog_env(tmp_path, monkeypatch) -> str:
+    """A SQL catalog on SQLite named ``lake``, configured through pyiceberg's environment variables."""
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__TYPE", "sql")
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__URI", f"sqlite:///{tmp_path}/catalog.db")
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__WAREHOUSE", f"file://{tmp_path}/warehouse")
+    return "lake"
+
+
+def catalog_of(lake: LakeUnderTest):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    properties = {"uri": os.environ["PYICEBERG_CATALOG__LAKE__URI"], "warehouse": os.environ["PYICEBERG_CATALOG__LAKE__WAREHOUSE"]}
+    return SqlCatalog("lake", **properties, **fileio_properties(lake.storage))
+
+
+def duckdb_with_iceberg(lake: LakeUnderTest):
+    import duckdb
+
+    found = {
+        Path(path).name.split(".")[0]: path for path in glob.glob(f"{os.path.dirname(duckdb.__file__)}/../duckdb_ext/extensions/v*/*/*")
+    }
+    if "iceberg" not in found:
+        pytest.skip(f"no iceberg extension for DuckDB {duckdb.__version__} installed (pip install duckdb-ext-iceberg of the same version)")
+    connection = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    for name in ("httpfs", "avro", "iceberg"):
+        if name in found:
+            connection.execute(f"LOAD '{found[name]}'")
+    if isinstance(lake.storage, S3Storage):
+        options = lake.storage.open_options()
+        endpoint = options["endpoint_url"].removeprefix("http://")
+        connection.execute(
+            f"CREATE SECRET lake (TYPE s3, KEY_ID '{options['access_key_id']}', SECRET '{options['secret_access_key']}', "
+            f"REGION '{options['region']}', ENDPOINT '{endpoint}', URL_STYLE 'path', USE_SSL false)"
+        )
+    return connection
+
+
+def duckdb_rows(lake: LakeUnderTest, metadata_location: str) -> list[dict]:
+    connection = duckdb_with_iceberg(lake)
+    result = connection.sql(f"SELECT * FROM iceberg_scan('{metadata_location}')")
+    return [dict(zip(result.columns, row, strict=True)) for row in result.fetchall()]
+
+
+def delta_rows(lake: LakeUnderTest, stream: str = STREAM) -> list[dict]:
+    return DeltaTable(uri(lake, stream), storage_options=storage_options(lake.storage)).to_pyarrow_table().to_pylist()
+
+
+def project_cli(lake: LakeUnderTest, *extra: str):
+    started = time.monotonic()
+    done = run_cli(lake, "project", *extra)
+    print(f"project {' '.join(extra)}: {time.monotonic() - started:.1f}s")
+    return done
+
+
+def check_iceberg_lake(lake: LakeUnderTest) -> None:
+    land_records(lake, FIRST)
+    done = project_cli(lake, "--formats", "delta,iceberg", "--iceberg-catalog", "lake")
+    assert done.returncode == 0, done.stderr
+    catalog = catalog_of(lake)
+    assert identifier(TAP, STREAM) == (TAP, "public_tricky")
+    table = catalog.load_table(identifier(TAP, STREAM))
+    assert len(table.snapshots()) == 1 and table.current_snapshot().summary[DELTA_VERSION] == "0"
+    rows = table.scan().to_arrow().to_pylist()
+    check_exact(by_id(rows))
+    assert by_id(rows) == by_id(delta_rows(lake))
+    assert str(table.schema().find_field("amount").field_type) == "decimal(38, 18)"
+    duck = by_id(duckdb_rows(lake, table.metadata_location))
+    check_exact(duck)
+    assert duck == by_id(delta_rows(lake))
+
+    land_records(lake, ['{"id": 2, "amount": 2.25, "big": 5, "huge": 4}', '{"id": 4, "amount": 1, "big": 99999999999999999999999}'])
+    done = project_cli(lake, "--formats", "delta,iceberg", "--iceberg-catalog", "lake")
+    assert done.returncode == 0, done.stderr
+    table = catalog.load_table(identifier(TAP, STREAM))
+    assert len(table.snapshots()) == 2 and table.current_snapshot().summary[DELTA_VERSION] == "1"
+    assert table.current_snapshot().parent_snapshot_id == table.snapshots()[0].snapshot_id
+    rows = by_id(table.scan().to_arrow().to_pylist())
+    assert sorted(rows) == [1, 2, 3, 4] and rows == by_id(delta_rows(lake))
+    assert str(rows[2]["amount"]) == "2.250000000000000000" and rows[2]["big"] == 5 and rows[4]["big"] == 99999999999999999999999
+    assert by_id(duckdb_rows(lake, table.metadata_location)) == rows
+    delta_files = set(DeltaTable(uri(lake), storage_options=storage_options(lake.storage)).file_uris())
+    iceberg_files = {task.file.file_path for task in table.scan().plan_files()}
+    assert {path.rsplit("/", 1)[1] for path in iceberg_files} == {path.rsplit("/", 1)[1] for path in delta_files}
+
+    done = project_cli(lake, "--formats", "delta,iceberg", "--iceberg-catalog", "lake")  # nothing new: no snapshot
+    assert done.returncode == 0, done.stderr
+    assert len(catalog.load_table(identifier(TAP, STREAM)).snapshots()) == 2
+
+
+def test_project_registers_exact_iceberg_tables_in_a_sqlite_catalog(local_lake, catalog_env):
+    check_iceberg_lake(local_lake)
+
+
+def test_project_registers_iceberg_tables_on_seaweedfs(request, seaweedfs_server, catalog_env):
+    check_iceberg_lake(s3_lake_at(_new_bucket(request, seaweedfs_server)))
+
+
+def test_a_missing_catalog_is_one_line_with_exit_2(local_lake, catalog_env):
+    land_records(local_lake, FIRST)
+    for extra, message in (
+        (["--formats", "iceberg"], "needs --iceberg-catalog"),
+        (["--formats", "delta,iceberg", "--iceberg-catalog", "nowhere"], "'nowhere' is not configured"),
+    ):
+        done = run_cli(local_lake, "project", *extra)
+        assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_type_changes_and_runs_without_iceberg_are_caught_up(local_lake, catalog_env, spark):  # noqa: F811
+    """`--formats iceberg` alone; a column whose type changes gets a new field id; a run without iceberg leaves the
+    Iceberg table behind, and the next one with it catches up."""
+    struct = {"type": "object", "properties": {"a b": {"type": "number"}, "c": {"type": "array", "items": {"type": "string"}}}}
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}, "v": {"type": "number"}, "o": struct}}
+    stream, o = "users", {"a b": Decimal("0.5"), "c": ["x", None]}
+    run = lambda formats: project(open_lake(local_lake), spark, TAP, formats=formats, iceberg_catalog="lake")  # noqa: E731
+    land_records(local_lake, ['{"id": 1, "v": 1.5, "o": {"a b": 0.5, "c": ["x", null]}}'], stream, schema)
+    run(["iceberg"])
+    table = catalog_of(local_lake).load_table(identifier(TAP, stream))
+    first = table.current_snapshot().snapshot_id
+    assert table.scan().to_arrow().to_pylist() == [{"id": 1, "v": Decimal("1.5"), "o": o}]
+    assert str(table.schema().find_field("o").field_type).startswith("struct<")
+
+    land_records(local_lake, ['{"id": 2, "v": 1e400}'], stream, schema)
+    run(["delta"])  # Iceberg not asked for: left at the first version
+    assert len(catalog_of(local_lake).load_table(identifier(TAP, stream)).snapshots()) == 1
+    run(["delta", "iceberg"])  # nothing new for Delta; Iceberg catches up in one snapshot
+    table = catalog_of(local_lake).load_table(identifier(TAP, stream))
+    assert len(table.snapshots()) == 2 and table.current_snapshot().summary[DELTA_VERSION] == "1"
+    assert by_id(table.scan().to_arrow().to_pylist()) == {1: {"id": 1, "v": "1.5", "o": o}, 2: {"id": 2, "v": "1E+400", "o": None}}
+    # The older snapshot stays readable; its files hold no field ids and are read through the current name mapping,
+    # so the column whose type changed (a new field id) reads as null there (SPEC.md §12).
+    assert table.scan(snapshot_id=first).to_arrow().to_pylist() == [{"id": 1, "v": None, "o": o}]
+    assert by_id(duckdb_rows(local_lake, table.metadata_location)) == by_id(delta_rows(local_lake, stream))
+
+    deletions = vacuum(open_lake(local_lake), retention_s=0)  # a dry run: Delta's vacuum leaves Iceberg's metadata alone
+    assert not [d.path for d in deletions if "/_iceberg/" in d.path]
+
+
+def test_concurrent_commits_to_one_table_are_serialised_and_many_streams_share_the_catalog(local_lake, catalog_env, spark):  # noqa: F811
+    """Two syncs of one table at once (two runs): the lake's lock lets one create the table and commit, the other then
+    finds that version mirrored. Several streams commit to one SQLite catalog in one run (the driver's threads)."""
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}, "s": {"type": "string"}}}
+    streams = [f"s{number}" for number in range(6)]
+    for stream in streams:
+        land_records(local_lake, [f'{{"id": 1, "s": "{stream}"}}'], stream, schema)
+    project(open_lake(local_lake), spark, TAP, formats=["delta"])
+    storage, published = local_lake.storage, delta.latest(local_lake.storage, table_key(TAP, "s0"))
+    arrow_schema = DeltaTable(uri(local_lake, "s0")).to_pyarrow_table().schema
+    catalogs = [open_catalog("lake", storage) for _ in range(2)]
+    with ThreadPoolExecutor(2) as pool:
+        snapshots = list(pool.map(lambda catalog: sync(storage, catalog, TAP, "s0", published, arrow_schema), catalogs))
+    table = catalogs[0].load_table(identifier(TAP, "s0"))
+    assert len(table.snapshots()) == 1 and snapshots == [table.current_snapshot().snapshot_id] * 2
+
+    results = project(open_lake(local_lake), spark, TAP, formats=["delta", "iceberg"], iceberg_catalog="lake")
+    assert sorted(result["stream"] for result in results) == streams
+    for stream in streams:
+        assert catalogs[0].load_table(identifier(TAP, stream)).scan().to_arrow().to_pylist() == [{"id": 1, "s": stream}]
+
+
+def test_a_large_streams_snapshot_replaces_only_the_touched_buckets_files(local_lake, catalog_env, spark):  # noqa: F811
+    """Incremental like Delta: the run's Iceberg snapshot deletes and adds exactly the files its Delta commit does."""
+    stream = "public.big"
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}, "v": {"type": "string"}}}
+    land_records(local_lake, [json.dumps({"id": i, "v": f"first {i}" * 3}) for i in range(3000)], stream, schema)
+    threshold = sum(entry["size"] for entry in local_lake.manifest(stream)["files"]) // 2
+    options = {"formats": ["delta", "iceberg"], "iceberg_catalog": "lake", "small_stream_bytes": threshold}
+    run = lambda: project(open_lake(local_lake), spark, TAP, **options)  # noqa: E731
+    run()
+    land_records(local_lake, [json.dumps({"id": i, "v": "second"}) for i in (7, 2024)], stream, schema)
+    run()
+    table = catalog_of(local_lake).load_table(identifier(TAP, stream))
+    log = local_lake.read(f"{table_key(TAP, stream)}/_delta_log/{1:020d}.json").decode()
+    actions = [json.loads(line) for line in log.splitlines() if line.strip()]
+    summary = table.current_snapshot().summary
+    assert int(summary["deleted-data-files"]) == len([a for a in actions if "remove" in a]) <= 2
+    assert int(summary["added-data-files"]) == len([a for a in actions if "add" in a]) <= 2
+    assert int(summary["total-data-files"]) >= 8 and summary.operation.value == "overwrite"
+    rows = by_id(table.scan().to_arrow().to_pylist())
+    assert len(rows) == 3000 and rows[7]["v"] == rows[2024]["v"] == "second" and rows[8]["v"] == "first 8" * 3
+
+
+def test_two_streams_mapping_to_one_table_name_fail_the_second(local_lake, catalog_env, spark):  # noqa: F811
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}}}
+    land_records(local_lake, ['{"id": 1}'], "public.users", schema)
+    land_records(local_lake, ['{"id": 2}'], "public_users", schema)
+    failures = []
+    project(open_lake(local_lake), spark, TAP, formats=["delta", "iceberg"], iceberg_catalog="lake", failures=failures)
+    assert len(failures) == 1 and "holds stream" in failures[0].cause, failures
+    table = catalog_of(local_lake).load_table((TAP, "public_users"))
+    assert table.properties["singerlake.stream"] != failures[0].stream and len(table.scan().to_arrow()) == 1
