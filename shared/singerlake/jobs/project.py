@@ -652,7 +652,7 @@ def check_formats(lake: Lake, formats: list[str], iceberg_catalog: str | None = 
 
 def sync_iceberg(lake: Lake, catalog, plan: StreamPlan) -> int | None:
     """The stream's Iceberg table made the Delta table's latest version, in one snapshot (SPEC.md §12)."""
-    schema = table_schema(plan.properties, plan.state["types"])
+    schema = table_schema(table_properties(plan.properties, plan.state["types"]), plan.state["types"])
     return iceberg.sync(lake.storage, catalog, plan.tap_id, plan.stream, plan.published, schema)
 
 
