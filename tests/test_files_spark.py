@@ -90,7 +90,7 @@ def test_a_push_of_2000_files_runs_on_spark_executors_and_every_file_comes_back_
 def test_a_push_on_spark_into_an_s3_lake_over_the_cli(tmp_path, s3_root):
     """The executors reach the bucket with the driver's options and the environment's keys."""
     url, options = s3_root
-    push_many_over_the_cli(tmp_path, url, 500, options)
+    push_many_over_the_cli(tmp_path, url, 200, options)
 
 
 def test_lake_push_on_spark_into_an_s3_lake(tmp_path, spark, moto_server):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
 
@@ -86,8 +87,6 @@ def fetch(storage: Storage, records: list[dict], out: str | None, template: str 
             raise ConfigError(
                 f"--name {template!r} gives {target} to both {named[target]} and {record['id']}: add {{id}} or {{name}} to it"
             )
-    written = []
-    for record, target in zip(records, targets, strict=True):
-        fetch_to_path(storage, record, target)
-        written.append((record, str(target)))
-    return written
+    with ThreadPoolExecutor(storage.parallel_requests) as pool:  # many files: requests in flight side by side
+        list(pool.map(lambda pair: fetch_to_path(storage, *pair), zip(records, targets, strict=True)))
+    return [(record, str(target)) for record, target in zip(records, targets, strict=True)]
