@@ -18,6 +18,8 @@ from datetime import date, datetime, timezone
 from decimal import Context, Decimal, Inexact, InvalidOperation
 from typing import Any
 
+import msgspec
+
 from singerlake.errors import SingerlakeError
 
 MAX_DIGITS = 38  # decimal128
@@ -29,9 +31,16 @@ JSON_FIELD = {"singerlake.json": "true", "comment": "JSON text"}
 Need = Any  # see the module docstring
 
 
+_DECODER = msgspec.json.Decoder(float_hook=Decimal)  # several times faster than json.loads; the same values
+
+
 def decode(text: str | bytes) -> Any:
-    """JSON with exact numbers: integers as int, other numbers as Decimal."""
-    return json.loads(text, parse_float=Decimal, parse_constant=Decimal)
+    """JSON with exact numbers: integers as int, other numbers as Decimal. What msgspec refuses
+    (NaN, lone surrogates) is read as the standard library reads it."""
+    try:
+        return _DECODER.decode(text)
+    except msgspec.DecodeError:
+        return json.loads(text, parse_float=Decimal, parse_constant=Decimal)
 
 
 def json_text(value: Any) -> str:
@@ -176,6 +185,17 @@ def column_need(schema: dict, values: list[Any]) -> Need:
         return kind
     if kind == "integer" and kinds == {int} and INT64[0] <= min(present) and max(present) <= INT64[1]:
         return "long"
+    if kind in ("timestamp", "date") and kinds == {str}:
+        parse = parse_timestamp if kind == "timestamp" else parse_date
+        if all(parse(value) is not None for value in present):
+            return kind
+    if kind in ("integer", "number"):  # the number's own need, without the declared kind per value
+        need = None
+        for value in present:
+            need = join(need, _number_need(kind, value))
+            if need == "json":
+                break
+        return need
     if kind == "list" and kinds == {list}:
         return _nested({"list": column_need(schema["items"], [item for value in present for item in value])})
     if kind == "struct" and kinds == {dict} and all(value.keys() <= schema["properties"].keys() for value in present):
@@ -277,7 +297,11 @@ def converter(schema: dict, need: Need) -> Callable[[Any], Any]:
     if kind == "list":
         item = converter(schema["items"], need["list"] if isinstance(need, dict) else None)
         return lambda v: None if v is None else [item(x) for x in v]
-    return lambda v: v
+    return _same
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 # -- dates and times (as the data source reads them) -------------------------------------------------
@@ -311,7 +335,10 @@ def typed_table(properties: dict, types: dict, records: list[dict]):
     for name, spec in properties.items():
         convert = converter(spec, types.get(name))
         try:
-            columns.append(pa.array([convert(record.get(name)) for record in records], column_type(spec, types.get(name))))
+            values = [record.get(name) for record in records]
+            if convert is not _same:  # strings, booleans, 64-bit integers: Arrow takes the values as they are
+                values = [convert(value) for value in values]
+            columns.append(pa.array(values, column_type(spec, types.get(name))))
         except (pa.ArrowException, ArithmeticError, TypeError, ValueError) as exc:
             raise ProjectionError(f"column {name!r}: {' '.join(str(exc).split())}") from None
     return pa.Table.from_arrays(columns, schema=schema)

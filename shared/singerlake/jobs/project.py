@@ -76,6 +76,7 @@ STAGING_SCHEMA = (
 NO_TIME = -(2**63)  # a row without a record time loses to any row with one (the window's nulls last)
 INT64 = (-(2**63), 2**63 - 1)
 SDC_DELETED_AT = "_sdc_deleted_at"
+ROW = "_row"  # a new row's place among the records read: its decoded record, without decoding it again
 DELETED_AT = {"type": ["string", "null"], "format": "date-time"}  # the column soft deletes add when the schema has none
 DELETED_AT_IF_USED = {**DELETED_AT, "singerlake.added": "when used"}  # ... shown only once a row has a deletion time
 
@@ -104,19 +105,28 @@ def table_version(value: Any) -> int | None:
 
 
 # -- reading the raw records ------------------------------------------------------------------------
-def file_staging_rows(storage: Storage, keys: list[str], file: dict) -> Iterator[tuple]:
-    """Staging rows of one planned data file (``datasource.plan_files``), read after checking its hash."""
+def key_text(record: dict, keys: list[str]) -> str:
+    """A row's ``_key``: its key values as JSON text (one integer key, the common case, without the encoder)."""
+    if len(keys) == 1 and type(value := record.get(keys[0])) is int:
+        return f"[{value}]"
+    return json_text([record.get(name) for name in keys])
+
+
+def file_staging_rows(storage: Storage, keys: list[str], file: dict) -> Iterator[tuple[tuple, dict]]:
+    """Staging rows of one planned data file (``datasource.plan_files``), read after checking its hash,
+    each with its decoded record (so a record is decoded once per run)."""
     for index, commit, position, line in planned_lines(storage, file):
         envelope = decode_envelope(line, index + 2)
         text = bytes(envelope.record).decode() or "{}"
         record = decode(text)
         record = record if isinstance(record, dict) else {}
         ms = record_time_ms(envelope.time_extracted, functools.partial(record.get, "_sdc_extracted_at"))
-        key = json_text([record.get(name) for name in keys]) if keys else None
-        yield (key, commit, position, file["version"], ms, text, table_version(envelope.version), None)
+        key = key_text(record, keys) if keys else None
+        yield (key, commit, position, file["version"], ms, text, table_version(envelope.version), None), record
 
 
-def read_new_records(storage: Storage, keys: list[str], files: list[dict]):
+def read_new_records(storage: Storage, keys: list[str], files: list[dict], decoded: list[dict] | None = None):
+    """The staging rows of the planned files; their decoded records are appended to ``decoded`` when given."""
     import pyarrow as pa
 
     schema = staging_schema()
@@ -124,7 +134,10 @@ def read_new_records(storage: Storage, keys: list[str], files: list[dict]):
     for file in files:
         rows = file_staging_rows(storage, keys, file)
         while chunk := list(islice(rows, ARROW_BATCH_ROWS)):
-            columns = zip(*chunk, strict=True)
+            staged, records = zip(*chunk, strict=True)
+            if decoded is not None:
+                decoded.extend(records)
+            columns = zip(*staged, strict=True)
             batches.append(pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)], schema=schema))
     return pa.Table.from_batches(batches, schema=schema)
 
@@ -156,11 +169,14 @@ def read_parquet(storage: Storage, key: str, columns: list[str] | None = None):
     return pq.read_table(io.BytesIO(storage.read(key).data), columns=columns)
 
 
-def records_of(staging) -> list[dict]:
-    """The decoded records of staging rows; a row an ACTIVATE_VERSION deleted (soft) carries its time as
-    ``_sdc_deleted_at`` unless the record has one of its own."""
-    records = [decode(text) for text in staging["_record"].to_pylist()]
-    records = [record if isinstance(record, dict) else {} for record in records]
+def records_of(staging, decoded: list[dict] | None = None) -> list[dict]:
+    """The decoded records of staging rows (``decoded``: decoded already, one per row); a row an
+    ACTIVATE_VERSION deleted (soft) carries its time as ``_sdc_deleted_at`` unless the record has one of its own."""
+    if decoded is None:
+        records = [decode(text) for text in staging["_record"].to_pylist()]
+        records = [record if isinstance(record, dict) else {} for record in records]
+    else:
+        records = decoded
     if "_singerlake_deleted_at" in staging.column_names:
         for record, deleted_at in zip(records, staging["_singerlake_deleted_at"].to_pylist(), strict=True):
             if deleted_at is not None and record.get(SDC_DELETED_AT) is None:
@@ -409,7 +425,9 @@ def project_on_executor(storage: Storage, item: dict) -> dict:
     import pyarrow.compute as pc
 
     properties, keyed, activations, hard = item["properties"], bool(item["keys"]), item["activations"], item["hard"]
-    new = current_rows(read_new_records(storage, item["keys"], item["files"]), keyed)
+    decoded: list[dict] = []
+    read = read_new_records(storage, item["keys"], item["files"], decoded)
+    new = current_rows(read.append_column(ROW, pa.array(range(read.num_rows), pa.int64())), keyed)
     updated = pa.array(set(new["_key"].to_pylist()) if keyed else [], pa.string())
     kept, replaced, fresh = [], [], []
     for part in item["parts"]:
@@ -427,15 +445,21 @@ def project_on_executor(storage: Storage, item: dict) -> dict:
                 kept.append(part)
         else:
             kept.append(part)
-    fresh.append(apply_deletes(new, activations, hard))
-    written = [write_staging(storage, item["staging"], table, properties) for table in fresh if table.num_rows]
+    new = apply_deletes(new, activations, hard)
+    fresh.append(new.drop_columns([ROW]))
+    decoded_rows = [None] * (len(fresh) - 1) + [[decoded[row] for row in new[ROW].to_pylist()]]
+    written, records = [], []  # the new parts, and their records decoded once
+    for table, rows in zip(fresh, decoded_rows, strict=True):
+        if table.num_rows:
+            records.append(records_of(table, rows))
+            written.append(write_staging(storage, item["staging"], table, properties, records[-1]))
     types = run_types(kept + written, properties, item["types"])
     schema = schema_text(properties, types)
     overwrite = schema != item["schema"]
     publish_part = functools.partial(publish, storage, item["table"], properties=properties, types=types, csv=item["csv"])
     if overwrite:
         kept = [publish_part(part) for part in kept]
-    added = [publish_part(part) for part in written]
+    added = [publish_part(part, records=rows) for part, rows in zip(written, records, strict=True)]
     if item["csv"]:
         kept = [part if "csv" in part else write_csv_twin(storage, item["table"], part) for part in kept]
     return run_result(kept, added, replaced, overwrite, types, schema)
