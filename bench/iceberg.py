@@ -9,7 +9,6 @@ Usage: python bench/iceberg.py [--records 200000] [--repeat 3]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -17,34 +16,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from lakes import land, updates
 from measure import measure
 
 BENCH = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
 FORMATS = {"delta": ["--formats", "delta"], "delta+iceberg": ["--formats", "delta,iceberg", "--iceberg-catalog", "bench"]}
-
-
-def land(lake: Path, source: Path, work: Path) -> None:
-    config = work / "target.json"
-    config.write_text(json.dumps({"lake_root": str(lake), "tap_id": "tap-bench"}))
-    with open(source, "rb") as stdin:
-        subprocess.run([str(BIN / "target-singerlake"), "--config", str(config)], stdin=stdin, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, check=True)  # fmt: skip
-
-
-def updates(source: Path, count: int) -> Path:
-    """The stream's SCHEMA and its first ``count`` records again, changed: ``count`` updated keys."""
-    lines = source.read_text().splitlines()
-    schema = next(line for line in lines if json.loads(line)["type"] == "SCHEMA")
-    changed = []
-    for line in lines:
-        message = json.loads(line)
-        if message["type"] == "RECORD" and len(changed) < count:
-            message["record"]["name"] = f"updated {len(changed)}"
-            changed.append(json.dumps(message))
-    out = source.with_name("updates.jsonl")
-    out.write_text("\n".join([schema, *changed]) + "\n")
-    return out
 
 
 def project(lake: Path, formats: str, catalog: Path):
@@ -72,7 +49,7 @@ def main() -> None:
             subprocess.run([sys.executable, str(BENCH / "gen_users.py"), str(args.records)], stdout=out, check=True)
         landed = work / "landed"
         land(landed, source, work)
-        change = updates(source, 10)
+        change = updates(source, 10, work / "updates.jsonl")
         times: dict[tuple[str, str], list] = {}
         for round_ in range(args.repeat):
             for formats in FORMATS if round_ % 2 == 0 else reversed(list(FORMATS)):
