@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import date, datetime, timezone
-from decimal import Context, Decimal, Inexact, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 import msgspec
@@ -25,7 +25,6 @@ from singerlake.errors import SingerlakeError
 MAX_DIGITS = 38  # decimal128
 INT64 = (-(2**63), 2**63 - 1)
 LONG_DIGITS = 19
-EXACT = Context(prec=MAX_DIGITS, traps=[Inexact, InvalidOperation])  # rescaling to the column's scale never rounds
 JSON_FIELD = {"singerlake.json": "true", "comment": "JSON text"}
 
 Need = Any  # see the module docstring
@@ -279,13 +278,12 @@ def table_schema(properties: dict[str, dict], needs: dict[str, Need]):
 
 
 def converter(schema: dict, need: Need) -> Callable[[Any], Any]:
-    """A function turning a decoded value into a value of ``column_type(schema, need)``."""
+    """A function turning a decoded value into a value of ``column_type(schema, need)``; ``_same`` where
+    Arrow takes the decoded value as it is (it rescales a Decimal or an int to the column's scale only
+    when nothing is lost, and refuses otherwise)."""
     if is_json(schema, need):
         return lambda v: None if v is None else json_text(v)
     kind = declared(schema)
-    if kind == "number" or (kind == "integer" and isinstance(need, list)):
-        exponent = Decimal(1).scaleb(-(need[2] if isinstance(need, list) else 0))
-        return lambda v: None if v is None else Decimal(v).quantize(exponent, context=EXACT)
     if kind == "timestamp":
         return lambda v: None if v is None else parse_timestamp(v)
     if kind == "date":
@@ -293,10 +291,12 @@ def converter(schema: dict, need: Need) -> Callable[[Any], Any]:
     if kind == "struct":
         children = need["struct"] if isinstance(need, dict) else {}
         convert = {name: converter(spec, children.get(name)) for name, spec in schema["properties"].items()}
+        if all(c is _same for c in convert.values()):  # the need says its keys are properties
+            return _same
         return lambda v: None if v is None else {name: c(v.get(name)) for name, c in convert.items()}
     if kind == "list":
         item = converter(schema["items"], need["list"] if isinstance(need, dict) else None)
-        return lambda v: None if v is None else [item(x) for x in v]
+        return _same if item is _same else lambda v: None if v is None else [item(x) for x in v]
     return _same
 
 
