@@ -112,6 +112,34 @@ def test_published_delta_table_is_exact_and_changes_only_what_must_change(lake, 
     assert by_id(latest)[4]["amount"] == Decimal("2.25") and len(latest) == 4
 
 
+def test_an_update_trims_its_part_and_the_column_type_does_not_narrow(local_lake, spark):  # noqa: F811
+    """A small stream's previous part holding an updated key is rewritten by filtering its staging and
+    published rows alike; the row that needed the widest decimal is gone, yet the column keeps its
+    type, so readers see the same schema."""
+    stream = "public.prices"
+    properties = {"id": {"type": "integer"}, "price": {"type": "number"}, "at": {"type": "string", "format": "date-time"}}
+    schema = {"type": "object", "properties": properties}
+    price = {i: Decimal("1.125") if i == 1 else Decimal(i) / 2 for i in range(1, 41)}
+    rows = [{"id": i, "price": price[i], "at": f"2024-05-0{1 + i % 9}T10:00:00Z"} for i in range(1, 41)]
+    land(local_lake.config, joined([schema_msg(stream, schema, ["id"]), *(record_msg(stream, json_text(row)) for row in rows)]))
+    project(open_lake(local_lake), spark, TAP)
+    first = delta.latest(local_lake.storage, table_key(TAP, stream)).state["parts"]
+    update = {"id": 1, "price": Decimal("3.5"), "at": "2024-06-01T00:00:00Z"}
+    land(local_lake.config, joined([schema_msg(stream, schema, ["id"]), record_msg(stream, json_text(update))]))
+    result = project(open_lake(local_lake), spark, TAP)[0]
+    assert result["version"] == 1 and result["rows"] == 40
+    actions = delta_actions(local_lake, 1, stream)
+    assert actions["remove"] == {first[0]["published"]} and len(actions["add"]) == 2  # the trimmed part and the new row's
+    table = DeltaTable(uri(local_lake, stream))
+    assert table.schema() == DeltaTable(uri(local_lake, stream), version=0).schema(), "the columns keep the types of version 0"
+    assert str(table.schema().fields[1].type) == 'PrimitiveType("decimal(5,3)")'  # 20.0 and 1.125 held it; 1.125 is gone
+    got = {row["id"]: row for row in table.to_pyarrow_table().to_pylist()}
+    assert got[1]["price"] == Decimal("3.5") and got[1]["at"] == datetime(2024, 6, 1, tzinfo=timezone.utc)
+    assert {i: (got[i]["price"], got[i]["at"]) for i in range(2, 41)} == {
+        i: (Decimal(i) / 2, datetime(2024, 5, 1 + i % 9, 10, tzinfo=timezone.utc)) for i in range(2, 41)
+    }
+
+
 def delta_actions(lake: LakeUnderTest, version: int, stream: str) -> dict[str, set[str]]:
     """The files a version's commit adds and removes, as its Delta log entry records them."""
     log = lake.read(f"{table_key(TAP, stream)}/_delta_log/{version:020d}.json").decode()

@@ -264,26 +264,49 @@ def needs_of(properties: dict, records: list[dict]) -> dict:
     return records_needs(properties, records)
 
 
-def write_staging(storage: Storage, prefix: str, staging, properties: dict, records: list[dict] | None = None) -> dict:
-    """A new staging part (create-only) and what its values (``records``, when decoded already) need.
-    zstd: JSON text compresses about as the raw zone's gzip does (snappy: twice that), so a part's
-    stored size compares with the raw bytes that size a large stream's buckets."""
+def write_staging(
+    storage: Storage, prefix: str, staging, properties: dict, records: list[dict] | None = None, needs: dict | None = None
+) -> dict:
+    """A new staging part (create-only) and what its values (``records``, when decoded already) need
+    (``needs``: known already). zstd: JSON text compresses about as the raw zone's gzip does (snappy:
+    twice that), so a part's stored size compares with the raw bytes that size a large stream's buckets."""
     import pyarrow.parquet as pq
 
     buffer = io.BytesIO()
     pq.write_table(staging, buffer, compression="zstd")
     key = f"{prefix}/part-{new_file_id()}.parquet"
     storage.write(key, buffer.getvalue(), if_none_match=True)
-    records = records if records is not None else records_of(staging)
-    return {"staging": key, "rows": staging.num_rows, "needs": needs_of(properties, records)}
+    if needs is None:
+        needs = needs_of(properties, records if records is not None else records_of(staging))
+    return {"staging": key, "rows": staging.num_rows, "needs": needs}
 
 
-def publish(storage: Storage, table: str, part: dict, properties: dict, types: dict, csv: bool, records: list[dict] | None = None) -> dict:
-    """Write the part's published Parquet file (and CSV twin) from its staging file (or its decoded ``records``)."""
+def trim_part(storage: Storage, item: dict, part: dict, staging, keep) -> tuple[dict, Any]:
+    """A previous part without its rows whose keys new records update (``keep``: the rows that stay),
+    and its published rows filtered alike (a published file holds its staging rows in their order):
+    nothing is decoded. Its needs stay the part's, so a column's type does not narrow when a row is
+    updated (narrowing would change the table's schema under its readers and rewrite every file)."""
+    trimmed = write_staging(storage, item["staging"], staging.filter(keep), item["properties"], needs=part["needs"])
+    return trimmed, read_parquet(storage, f"{item['table']}/{part['published']}").filter(keep)
+
+
+def publish(
+    storage: Storage,
+    table: str,
+    part: dict,
+    properties: dict,
+    types: dict,
+    csv: bool,
+    records: list[dict] | None = None,
+    published=None,
+) -> dict:
+    """Write the part's published Parquet file (and CSV twin) from its staging file, its decoded
+    ``records``, or its rows typed already (``published``)."""
     import pyarrow.parquet as pq
 
-    records = records if records is not None else records_of(read_parquet(storage, part["staging"]))
-    published = typed_table(table_properties(properties, types), types, records)
+    if published is None:
+        records = records if records is not None else records_of(read_parquet(storage, part["staging"]))
+        published = typed_table(table_properties(properties, types), types, records)
     buffer = io.BytesIO()
     pq.write_table(published, buffer)
     name = f"part-{new_file_id()}.parquet"
@@ -429,12 +452,16 @@ def project_on_executor(storage: Storage, item: dict) -> dict:
     read = read_new_records(storage, item["keys"], item["files"], decoded)
     new = current_rows(read.append_column(ROW, pa.array(range(read.num_rows), pa.int64())), keyed)
     updated = pa.array(set(new["_key"].to_pylist()) if keyed else [], pa.string())
-    kept, replaced, fresh = [], [], []
+    kept, replaced, fresh, trimmed = [], [], [], []
     for part in item["parts"]:
         if len(updated) and pc.any(pc.is_in(read_parquet(storage, part["staging"], ["_key"])["_key"], value_set=updated)).as_py():
             staging = conform(read_parquet(storage, part["staging"]))
             replaced.append(part)
-            fresh.append(apply_deletes(staging.filter(pc.invert(pc.is_in(staging["_key"], value_set=updated))), activations, hard))
+            keep = pc.invert(pc.is_in(staging["_key"], value_set=updated))
+            if activations or not pc.any(keep).as_py():  # deletes change published values: typed anew
+                fresh.append(apply_deletes(staging.filter(keep), activations, hard))
+            else:
+                trimmed.append(trim_part(storage, item, part, staging, keep))
         elif activations:  # a refresh: rows of older table versions may be gone
             staging = conform(read_parquet(storage, part["staging"]))
             rows = apply_deletes(staging, activations, hard)
@@ -453,13 +480,14 @@ def project_on_executor(storage: Storage, item: dict) -> dict:
         if table.num_rows:
             records.append(records_of(table, rows))
             written.append(write_staging(storage, item["staging"], table, properties, records[-1]))
-    types = run_types(kept + written, properties, item["types"])
+    types = run_types(kept + written + [part for part, _ in trimmed], properties, item["types"])
     schema = schema_text(properties, types)
     overwrite = schema != item["schema"]
     publish_part = functools.partial(publish, storage, item["table"], properties=properties, types=types, csv=item["csv"])
     if overwrite:
         kept = [publish_part(part) for part in kept]
     added = [publish_part(part, records=rows) for part, rows in zip(written, records, strict=True)]
+    added += [publish_part(part, published=None if overwrite else rows) for part, rows in trimmed]
     if item["csv"]:
         kept = [part if "csv" in part else write_csv_twin(storage, item["table"], part) for part in kept]
     return run_result(kept, added, replaced, overwrite, types, schema)
