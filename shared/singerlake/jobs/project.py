@@ -587,7 +587,12 @@ def _write_buckets(storage: Storage, item: dict, batches: Iterator[Any]) -> Iter
         collected = [batch for batch in batches if batch.num_rows]
         groups = iter([(None, pa.Table.from_batches(collected))] if collected else [])
     for bucket, rows in groups:
-        previous = [read_parquet(storage, part["staging"]) for part in item["previous"].get(str(bucket), [])]
+        parts = item["previous"].get(str(bucket), [])
+        if len(parts) == 1 and "published" in parts[0] and not item["activations"]:
+            part = update_bucket(storage, item, parts[0], conform(rows)) | {"bucket": bucket}
+            yield pa.RecordBatch.from_pydict({"part": [json.dumps(part)]})
+            continue
+        previous = [read_parquet(storage, part["staging"]) for part in parts]
         rows = pa.concat_tables([conform(table) for table in [*previous, rows]])
         staging = apply_deletes(current_rows(rows, keyed), item["activations"], item["hard"])
         records = records_of(staging)
@@ -595,6 +600,28 @@ def _write_buckets(storage: Storage, item: dict, batches: Iterator[Any]) -> Iter
         if schema_text(properties, join_all([item["types"], part["needs"]])) == item["schema"]:
             part = publish(storage, item["table"], part, properties, item["types"], item["csv"], records)
         yield pa.RecordBatch.from_pydict({"part": [json.dumps(part)]})
+
+
+def update_bucket(storage: Storage, item: dict, previous: dict, rows) -> dict:
+    """A bucket's new part from its previous part and its new rows, decoding only the new ones: the
+    previous rows whose keys they update are filtered out of its staging and published files alike
+    (new rows come later in position order, so they go after). Published at once when the table's
+    column types hold the new values; else left to the driver, which publishes every part again."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    properties, types = item["properties"], item["types"]
+    new = apply_deletes(current_rows(rows, True), [], item["hard"])
+    staging = conform(read_parquet(storage, previous["staging"]))
+    keep = pc.invert(pc.is_in(staging["_key"], value_set=rows["_key"]))
+    records = records_of(new)
+    needs = join_all([previous["needs"], needs_of(properties, records)])
+    part = write_staging(storage, item["staging"], pa.concat_tables([staging.filter(keep), new]), properties, needs=needs)
+    if schema_text(properties, join_all([types, needs])) != item["schema"]:
+        return part
+    kept = read_parquet(storage, f"{item['table']}/{previous['published']}").filter(keep)
+    published = pa.concat_tables([kept, typed_table(table_properties(properties, types), types, records)])
+    return publish(storage, item["table"], part, properties, types, item["csv"], published=published)
 
 
 @contextmanager
