@@ -37,7 +37,7 @@ class WhatState:
 
 def read_what(storage: Storage, what: str) -> WhatState:
     listing = {i.key: i for prefix in (f"{layout.index_dir(what)}/", f"{layout.FILES}/data/{what}/") for i in storage.list(prefix)}
-    segments = index.read_segments(storage, what, index.segment_txns(storage, what))
+    segments = index.read_segments(storage, what, index.segment_txns(storage, what, listing))  # from the listing above
     return WhatState(what, segments, index.first_per_id(segments), listing)
 
 

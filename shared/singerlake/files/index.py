@@ -139,10 +139,12 @@ def whats(storage: Storage) -> list[str]:
     return storage.list_dirs(f"{layout.FILES}/index/")
 
 
-def segment_txns(storage: Storage, what: str) -> list[str]:
-    """The txns of every committed push of ``what``: one listing of its segments (pointers are not read)."""
+def segment_txns(storage: Storage, what: str, keys: Iterable[str] | None = None) -> list[str]:
+    """The txns of every committed push of ``what``: one listing of its segments (pointers are not
+    read), or taken from ``keys`` listed already."""
     prefix = f"{layout.index_dir(what)}/segments/"
-    names = (info.key[len(prefix) :] for info in storage.list(prefix))
+    keys = keys if keys is not None else (info.key for info in storage.list(prefix))
+    names = (key[len(prefix) :] for key in keys if key.startswith(prefix))
     return [name[: -len(layout.SEGMENT_SUFFIX)] for name in names if "/" not in name and name.endswith(layout.SEGMENT_SUFFIX)]
 
 
