@@ -1,0 +1,133 @@
+"""A data file's column statistics (SPEC.md §5): what its values need to be typed, kept in its entry.
+
+``FileNeeds`` gathers them where a file's records pass anyway (landing, compaction, repair);
+``entry_fields`` gives the entry's ``needs`` and ``undeclared`` fields, compact: properties whose
+need is null or their kind's plain need (``PLAIN``) are left out. ``needs_under`` reads them back
+under the schema a reader reads (a version's, or the merged replay schema), or says they cannot
+tell (the reader then reads that file's values, as ``exact`` always did).
+"""
+
+from __future__ import annotations
+
+import zlib
+from decimal import Decimal
+from typing import Any
+
+import msgspec
+
+from singerlake.format.exact import Need, declared, decode, join_all, records_needs
+
+PLAIN = {"integer": "long", "bool": "bool", "string": "string", "timestamp": "timestamp", "date": "date"}
+
+
+class _Message(msgspec.Struct):
+    record: Any = None  # the rest of the envelope is skipped by the decoder
+
+
+_messages = msgspec.json.Decoder(list[_Message], float_hook=Decimal)  # numbers exact, as ``exact.decode``
+
+
+def properties_of(schema: Any) -> dict[str, Any]:
+    """A JSON schema's ``properties`` (those of a file's version, or of the schema read); {} when it has none."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    return properties if isinstance(properties, dict) else {}
+
+
+def plain(schema: dict) -> Need:
+    """The need a property left out of ``needs`` stands for (null and it are the same to every type)."""
+    return PLAIN.get(declared(schema))
+
+
+def shape(schema: Any) -> Any:
+    """All a value's need depends on: the declared kind, and for structs and lists their parts' shapes."""
+    kind = declared(schema)
+    if kind == "struct":
+        return {"struct": {name: shape(spec) for name, spec in schema["properties"].items()}}
+    if kind == "list":
+        return {"list": shape(schema["items"])}
+    return kind
+
+
+def records_of(lines: bytes) -> list[dict]:
+    """The ``record`` of each RECORD line in ``lines`` (newline-terminated), decoded with exact numbers;
+    one decoder call for all of them (a line only json accepts, e.g. ``NaN``, is decoded on its own)."""
+    text = lines.rstrip(b"\r\n")
+    if not text:
+        return []
+    try:
+        messages = [message.record for message in _messages.decode(b"[" + text.replace(b"\n", b",") + b"]")]
+    except msgspec.DecodeError:
+        messages = [_record_field(decode(line)) for line in text.split(b"\n") if line.strip()]
+    return [record if isinstance(record, dict) else {} for record in messages]
+
+
+def _record_field(message: Any) -> Any:
+    return message.get("record") if isinstance(message, dict) else None
+
+
+class FileNeeds:
+    """The needs of one file's records under its schema's ``properties``, added chunk by chunk."""
+
+    def __init__(self, properties: dict[str, dict]):
+        self.properties = properties
+        self.needs: dict[str, Need] = {}
+        self.undeclared: set[str] = set()
+
+    def add_records(self, records: list[dict]) -> None:
+        self.needs = join_all([self.needs, records_needs(self.properties, records)])
+        for record in records:
+            if not record.keys() <= self.properties.keys():
+                self.undeclared |= record.keys() - self.properties.keys()
+
+    def add_lines(self, lines: bytes) -> None:
+        self.add_records(records_of(lines))
+
+    def add_member(self, member: bytes | memoryview) -> None:
+        """A gzip member of RECORD lines (SPEC.md §4), as landing writes them."""
+        self.add_lines(zlib.decompress(member, wbits=16 + zlib.MAX_WBITS))
+
+    def fields(self) -> dict[str, Any]:
+        return entry_fields(self.properties, self.needs, self.undeclared)
+
+
+def entry_fields(properties: dict[str, dict], needs: dict[str, Need], undeclared: set[str] | list[str] = ()) -> dict[str, Any]:
+    """The entry's ``needs`` (only what is neither null nor plain) and, when some record has keys
+    outside ``properties``, ``undeclared``."""
+    kept = {name: need for name, need in needs.items() if need is not None and need != plain(properties.get(name, {}))}
+    return {"needs": kept, **({"undeclared": sorted(undeclared)} if undeclared else {})}
+
+
+def stored_needs(entry: dict, properties: dict[str, dict]) -> dict[str, Need] | None:
+    """The entry's needs of every property of its own schema, plain needs filled in; None without ``needs``."""
+    if "needs" not in entry:
+        return None
+    stored = entry["needs"]
+    return {name: stored[name] if name in stored else plain(spec) for name, spec in properties.items()}
+
+
+def merged_fields(properties: dict[str, dict], entries: list[dict]) -> dict[str, Any] | None:
+    """What a file holding the records of ``entries`` (one schema) needs: the join of theirs; None
+    when one of them has no ``needs``."""
+    found = [stored_needs(entry, properties) for entry in entries]
+    if any(needs is None for needs in found):
+        return None
+    undeclared = {name for entry in entries for name in entry.get("undeclared", ())}
+    return entry_fields(properties, join_all(found), undeclared)
+
+
+def needs_under(entry: dict, own: dict[str, dict], read: dict[str, dict]) -> dict[str, Need] | None:
+    """The entry's needs of the properties ``read`` (the schema being read) from its statistics, the
+    file's own schema's properties being ``own``; None when they cannot tell (no ``needs``, a
+    property of another shape, or an undeclared key the read schema declares): read the file."""
+    if "needs" not in entry:
+        return None
+    undeclared = set(entry.get("undeclared", ()))
+    needs: dict[str, Need] = {}
+    for name, spec in read.items():
+        if name in own:
+            if shape(own[name]) != shape(spec):
+                return None
+            needs[name] = entry["needs"].get(name, plain(own[name]))
+        elif name in undeclared:
+            return None
+    return needs
