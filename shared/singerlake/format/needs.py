@@ -115,19 +115,51 @@ def merged_fields(properties: dict[str, dict], entries: list[dict]) -> dict[str,
     return entry_fields(properties, join_all(found), undeclared)
 
 
-def needs_under(entry: dict, own: dict[str, dict], read: dict[str, dict]) -> dict[str, Need] | None:
-    """The entry's needs of the properties ``read`` (the schema being read) from its statistics, the
-    file's own schema's properties being ``own``; None when they cannot tell (no ``needs``, a
-    property of another shape, or an undeclared key the read schema declares): read the file."""
-    if "needs" not in entry:
-        return None
-    undeclared = set(entry.get("undeclared", ()))
-    needs: dict[str, Need] = {}
-    for name, spec in read.items():
-        if name in own:
-            if shape(own[name]) != shape(spec):
-                return None
-            needs[name] = entry["needs"].get(name, plain(own[name]))
-        elif name in undeclared:
+class StatsReader:
+    """The needs of planned files, read from their entries' statistics under the properties ``read``
+    (the schema being read, SPEC.md §5), ``versions`` being the manifest's (each file's own schema)."""
+
+    def __init__(self, versions: dict[str, dict], read: dict[str, Any]):
+        self.versions, self.read = versions, read
+        self._plans: dict[str, tuple[dict[str, Need], frozenset[str]] | None] = {}
+        self._seen: dict[tuple, dict[str, Need] | None] = {}  # most files of a stream store the same statistics
+
+    def _plan(self, schema_hash: str) -> tuple[dict[str, Need], frozenset[str]] | None:
+        """For files of version ``schema_hash``: the plain need of each property read that it declares,
+        and the properties read it does not declare; None when one declared property differs in shape."""
+        if schema_hash not in self._plans:
+            own = properties_of(self.versions[schema_hash]["schema"])
+            shared = [name for name in self.read if name in own]
+            same = all(shape(own[name]) == shape(self.read[name]) for name in shared)
+            plan = ({name: plain(own[name]) for name in shared}, frozenset(self.read.keys() - own.keys()))
+            self._plans[schema_hash] = plan if same else None
+        return self._plans[schema_hash]
+
+    def needs(self, entry: dict) -> dict[str, Need] | None:
+        """The file's needs of every property read; None when its statistics cannot tell (no ``needs``,
+        a property of another shape, an undeclared key the read schema declares): read the file."""
+        if "needs" not in entry:
             return None
-    return needs
+        key = (entry["schema_hash"], msgspec.json.encode(entry["needs"]), tuple(entry.get("undeclared", ())))
+        if key not in self._seen:
+            self._seen[key] = self._needs(entry)
+        return self._seen[key]
+
+    def _needs(self, entry: dict) -> dict[str, Need] | None:
+        plan = self._plan(entry["schema_hash"])
+        if plan is None or not plan[1].isdisjoint(entry.get("undeclared", ())):
+            return None
+        stored = entry["needs"]
+        return {name: stored.get(name, need) for name, need in plan[0].items()}
+
+    def split(self, files: list[dict]) -> tuple[dict[str, Need], list[dict]]:
+        """The join of what the statistics of planned files (``{"entry": ...}``) say, and the files they cannot speak for."""
+        known: dict[int, dict[str, Need]] = {}  # files with the same statistics share one dict (``needs``)
+        unread = []
+        for file in files:
+            needs = self.needs(file["entry"])
+            if needs is None:
+                unread.append(file)
+            else:
+                known[id(needs)] = needs
+        return join_all(list(known.values())), unread
