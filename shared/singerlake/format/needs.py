@@ -82,6 +82,11 @@ class FileNeeds:
     def add_lines(self, lines: bytes) -> None:
         self.add_records(records_of(lines))
 
+    def add_entry(self, entry: dict) -> None:
+        """Join a file's stored statistics (it must have ``needs``): compaction's merged files need the join of their sources'."""
+        self.needs = join_all([self.needs, stored_needs(entry, self.properties)])
+        self.undeclared |= set(entry.get("undeclared", ()))
+
     def add_member(self, member: bytes | memoryview) -> None:
         """A gzip member of RECORD lines (SPEC.md §4), as landing writes them."""
         self.add_lines(zlib.decompress(member, wbits=16 + zlib.MAX_WBITS))
@@ -103,16 +108,6 @@ def stored_needs(entry: dict, properties: dict[str, dict]) -> dict[str, Need] | 
         return None
     stored = entry["needs"]
     return {name: stored[name] if name in stored else plain(spec) for name, spec in properties.items()}
-
-
-def merged_fields(properties: dict[str, dict], entries: list[dict]) -> dict[str, Any] | None:
-    """What a file holding the records of ``entries`` (one schema) needs: the join of theirs; None
-    when one of them has no ``needs``."""
-    found = [stored_needs(entry, properties) for entry in entries]
-    if any(needs is None for needs in found):
-        return None
-    undeclared = {name for entry in entries for name in entry.get("undeclared", ())}
-    return entry_fields(properties, join_all(found), undeclared)
 
 
 class StatsReader:
