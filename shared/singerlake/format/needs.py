@@ -20,7 +20,7 @@ from singerlake.format.exact import Need, declared, decode, join_all, records_ne
 PLAIN = {"integer": "long", "bool": "bool", "string": "string", "timestamp": "timestamp", "date": "date"}
 
 
-class _Message(msgspec.Struct):
+class _Message(msgspec.Struct, gc=False):
     record: Any = None  # the rest of the envelope is skipped by the decoder
 
 
