@@ -294,7 +294,7 @@ def test_on_local_cluster_loading_the_data_source_reads_no_data_file_on_the_driv
     assert all("CoarseGrainedExecutorBackend" in nearest_jvm(r) for r in collecting), "only executors read data files"
     types = dict(map(tuple, result["types"]))
     assert types["big"] == "decimal(30,0)" and types["payload"] == "string" and types["id"] == "bigint"
-    assert types["nested"] == "struct<a:bigint,b:array<decimal(2,1)>>" and types["when"] == "timestamp"
+    assert types["nested"] == "struct<a:bigint,b:array<decimal(3,1)>>" and types["when"] == "timestamp"
     rows = result["rows"]
     assert len(rows) == 40 and rows[0]["big"] == "123456789012345678901234567890" and rows[3]["nested"]["b"] == ["1.5", "3.0"]
     # The control: without statistics, the same load reads every file on the driver (the probe sees it).
