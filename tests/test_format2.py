@@ -26,6 +26,7 @@ from singerlake.format.datafile import write_data_file
 from singerlake.format.layout import StreamPaths
 from singerlake.format.manifest import Manifest
 from singerlake.format.metadata import InvalidMetadata
+from singerlake.format.needs import properties_of
 from singerlake.format.positions import Position
 from singerlake.format.scan import scan_stream
 from singerlake.format.schema_hash import schema_hash
@@ -76,7 +77,15 @@ def compact_now(lake: Lake, target_bytes: int) -> None:
     """The compaction job's own steps (plan, merge, swap), without Spark scheduling them."""
     manifest = lake.manifest("tap", "s")
     items = [
-        {"tap_id": "tap", "stream": "s", "schema_hash": HASH, "files": [e for e, _ in g], "runs": merged_runs(g), "work_id": "compact"}
+        {
+            "tap_id": "tap",
+            "stream": "s",
+            "schema_hash": HASH,
+            "properties": properties_of(manifest.versions[HASH]["schema"]),
+            "files": [e for e, _ in g],
+            "runs": merged_runs(g),
+            "work_id": "compact",
+        }
         for g in plan_groups(manifest, target_bytes)
     ]
     if items:

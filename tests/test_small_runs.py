@@ -59,7 +59,7 @@ from singerlake.landing.spark_write import FileJob, write_partition
 
 lake = Lake(open_storage(sys.argv[1]))
 batches = pa.ipc.open_file(sys.argv[2]).read_all().to_batches()
-job = FileJob(lake.storage, lake.paths("tap-x", "users"), "1234567890123", gzip_member(b'{"type":"SCHEMA"}\\n', 6), 1 << 20, None)
+job = FileJob(lake.storage, lake.paths("tap-x", "users"), "1234567890123", gzip_member(b'{"type":"SCHEMA"}\\n', 6), 1 << 20, None, {})
 rows = [row for batch in write_partition([job], iter(batches)) for row in batch.to_pylist()]
 items = pa.ipc.open_file(sys.argv[3]).read_all().to_batches()
 results = [row for batch in _run_partition(lambda item: item["n"] * 2, 2, iter(items)) for row in batch.to_pylist()]

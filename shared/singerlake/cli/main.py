@@ -174,9 +174,9 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
 
     lake = open_lake(args)
     failures: list = []
-    upgrades = upgrade(lake, apply=args.apply, failures=failures)
+    upgrades = upgrade(lake, apply=args.apply, failures=failures, spark=lambda: start_spark(args))
     verb = "upgraded" if args.apply else "to upgrade (dry run; --apply to convert)"
-    summary = f"{len(upgrades)} stream(s) {verb}" if upgrades else "nothing to upgrade: every manifest is 2.0"
+    summary = f"{len(upgrades)} stream(s) {verb}" if upgrades else "nothing to upgrade: every manifest is 2.0, with column statistics"
     text = "\n".join([*map(str, upgrades), summary])
     return finish(args, {"applied": args.apply, "streams": [u.to_dict() for u in upgrades]}, text, failures)
 
@@ -407,7 +407,9 @@ def parser() -> argparse.ArgumentParser:
     sql.add_argument("--tap", help="the tap whose streams are the views (required when the lake has several)")
     sql.add_argument("--raw", action="store_true", help="views of every landed record with its position columns")
     sql.add_argument("--csv", action="store_true", help="CSV output: a header row, then the rows")
-    upgrade = command("upgrade", cmd_upgrade, "convert 1.x manifests to lake format 2.0 in place (dry run by default)")
+    upgrade = command(
+        "upgrade", cmd_upgrade, "convert 1.x manifests to lake format 2.0 in place, add column statistics (dry run by default)", spark=True
+    )
     upgrade.add_argument("--apply", action="store_true", help="convert the manifests (default: only list them)")
     locks = command("locks", cmd_locks, "list locks; --break PATH --force removes one")
     locks.add_argument("--break", dest="break_lock", metavar="PATH", help="lock file to remove (as listed)")

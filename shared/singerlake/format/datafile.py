@@ -16,6 +16,7 @@ from singerlake.errors import SingerlakeError
 from singerlake.format.layout import StreamPaths
 from singerlake.format.metadata import blake2_hex, make_record, new_digest
 from singerlake.format.names import normalise_label
+from singerlake.format.needs import FileNeeds, properties_of
 from singerlake.storage import NotFound, PreconditionFailed, Storage
 from singerlake.times import new_file_id
 
@@ -150,7 +151,10 @@ def write_data_file(
     if min(times_ms) < 0:
         raise ValueError(f"record times must be ms since 1970, got {min(times_ms)}")
     data = encode([schema_line, *record_lines], compresslevel)
-    return store(storage, paths, schema_hash, data, min(times_ms), max(times_ms), len(record_lines), work_id)
+    record = store(storage, paths, schema_hash, data, min(times_ms), max(times_ms), len(record_lines), work_id)
+    needs = FileNeeds(properties_of(json.loads(schema_line).get("schema")))
+    needs.add_lines(b"".join(line if line.endswith(b"\n") else line + b"\n" for line in record_lines))
+    return {**record, **needs.fields()}
 
 
 def store(

@@ -136,6 +136,21 @@ def _number_need(kind: str, value: Any) -> Need:
     return _decimal(max(0, len(digits) + exponent), max(0, -exponent))
 
 
+def _numbers_need(kind: str, values: list[Any]) -> Need:
+    """``_number_need`` joined over ``values``, each distinct need joined once."""
+    need: Need = None
+    seen: set = set()
+    for value in values:
+        found = _number_need(kind, value)
+        key = found if isinstance(found, str) else (found[1], found[2])
+        if key not in seen:
+            seen.add(key)
+            need = join(need, found)
+            if need == "json":
+                break
+    return need
+
+
 def _decimal(integer_digits: int, scale: int) -> Need:
     return ["decimal", integer_digits, scale] if integer_digits + scale <= MAX_DIGITS else "json"
 
@@ -184,17 +199,11 @@ def column_need(schema: dict, values: list[Any]) -> Need:
         return kind
     if kind == "integer" and kinds == {int} and INT64[0] <= min(present) and max(present) <= INT64[1]:
         return "long"
-    if kind in ("timestamp", "date") and kinds == {str}:
+    if kind in ("integer", "number"):
+        return _numbers_need(kind, present)
+    if kind in ("timestamp", "date"):
         parse = parse_timestamp if kind == "timestamp" else parse_date
-        if all(parse(value) is not None for value in present):
-            return kind
-    if kind in ("integer", "number"):  # the number's own need, without the declared kind per value
-        need = None
-        for value in present:
-            need = join(need, _number_need(kind, value))
-            if need == "json":
-                break
-        return need
+        return kind if all(parse(value) is not None for value in present) else "json"
     if kind == "list" and kinds == {list}:
         return _nested({"list": column_need(schema["items"], [item for value in present for item in value])})
     if kind == "struct" and kinds == {dict} and all(value.keys() <= schema["properties"].keys() for value in present):

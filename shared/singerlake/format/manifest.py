@@ -291,6 +291,31 @@ class Manifest:
         self.parts = rewritten
         return self.commits
 
+    def add_statistics(self, found: dict[str, dict], at: str) -> int:
+        """Give the entries of ids in ``found`` that have no ``needs`` the column statistics ``found``
+        holds for them (SPEC.md §5, §12 repair); returns how many changed. Tail entries change in
+        place; each part holding such entries is staged again with them (same entries, same order,
+        a new id) and the old one superseded. No commit: positions, commits and generation stay."""
+        wanted = set(found)
+
+        def updated(entries: list[dict]) -> list[dict]:
+            return [{**e, **found[e["id"]]} if e["id"] in wanted and "needs" not in e else e for e in entries]
+
+        changed = sum(1 for e in self.tail if e["id"] in wanted and "needs" not in e)
+        if changed:
+            self.tail = updated(self.tail)
+        parts = []
+        for s in self.parts:
+            files = self._read(s).files if "versions" in s else []
+            count = sum(1 for e in files if e["id"] in wanted and "needs" not in e)
+            if count:
+                self.superseded.append({"id": s["id"], "superseded_at": at, "by_commit": self.commits})
+                s = self._stage(updated(files), [])
+                changed += count
+            parts.append(s)
+        self.parts = parts
+        return changed
+
     # -- sealing -------------------------------------------------------------------------------
     def seal(self, force: bool = False) -> None:
         """Move the tail into new parts once it outgrows its bound (or always, with ``force``);

@@ -114,6 +114,12 @@ def validate_entry(entry: Any, where: str, versions: dict, commits: int) -> None
         raise InvalidMetadata(f"{where}: field 'commit' must be an integer in 1..{commits}, got {commit!r}")
     if "runs" in entry:
         _validate_runs(entry, where)
+    if not isinstance(entry.get("needs", {}), dict):
+        raise InvalidMetadata(f"{where}: field 'needs' must be an object of property -> need")
+    undeclared = entry.get("undeclared", [])
+    listed = isinstance(undeclared, list) and all(isinstance(name, str) for name in undeclared)
+    if not listed or ("undeclared" in entry and "needs" not in entry):
+        raise InvalidMetadata(f"{where}: field 'undeclared' must be a list of names, beside 'needs'")
 
 
 def _validate_runs(entry: dict, where: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import io
 from concurrent.futures import ThreadPoolExecutor
 
 from singerlake.format.datafile import CorruptFile, summarise
@@ -9,6 +11,7 @@ from singerlake.format.layout import DATA_SUFFIX, DataFileName, StreamPaths
 from singerlake.format.manifest import Manifest, versions_from_files
 from singerlake.format.metadata import blake2_hex, make_record
 from singerlake.format.names import encode_segment, normalise_label
+from singerlake.format.needs import FileNeeds, properties_of
 from singerlake.format.schema_hash import is_schema_hash, schema_hash
 from singerlake.storage import Storage
 
@@ -23,8 +26,9 @@ def data_file_keys(storage: Storage, paths: StreamPaths) -> list[str]:
     ]
 
 
-def describe_file(storage: Storage, paths: StreamPaths, key: str) -> tuple[dict, dict, list[str]]:
-    """Read one data file and return (metadata record, schema, key properties)."""
+def describe_file(storage: Storage, paths: StreamPaths, key: str, with_needs: bool = False) -> tuple[dict, dict, list[str]]:
+    """Read one data file and return (metadata record, schema, key properties); ``with_needs``: the
+    record with the file's column statistics (SPEC.md §5), which cost decoding every record."""
     name = DataFileName.parse(key)
     if name.stream_segment != encode_segment(paths.stream):
         raise CorruptFile(f"{storage.url_of(key)}: file name does not belong to stream {paths.stream!r}")
@@ -46,7 +50,19 @@ def describe_file(storage: Storage, paths: StreamPaths, key: str) -> tuple[dict,
         records=summary.records,
         schema_hash=name.schema_hash,
     )
+    if with_needs:
+        record = {**record, **file_statistics(data, schema)}
     return record, schema, keys
+
+
+def file_statistics(data: bytes, schema: dict) -> dict:
+    """The ``needs`` and ``undeclared`` fields of a data file's stored bytes, under its ``schema``."""
+    needs = FileNeeds(properties_of(schema))
+    with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as unzipped:
+        unzipped.readline()  # the SCHEMA line
+        while block := unzipped.read(1 << 20):
+            needs.add_lines(block + unzipped.readline())
+    return needs.fields()
 
 
 def scan_stream(storage: Storage, paths: StreamPaths, keys: list[str] | None = None, threads: int = 16) -> Manifest:

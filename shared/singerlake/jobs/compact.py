@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from singerlake.format.datafile import member_compressor, open_data_file, store
 from singerlake.format.layout import StreamPaths
 from singerlake.format.manifest import Manifest
+from singerlake.format.needs import FileNeeds, properties_of
 from singerlake.format.positions import Run, file_runs
 from singerlake.jobs.runner import (
     Failures,
@@ -90,21 +91,27 @@ def merge_group(storage: Storage, compresslevel: int, item: dict) -> dict:
     """Executor side: write the group's records, in order, as one new data file; return its entry."""
     paths = StreamPaths(item["tap_id"], item["stream"])
     compressor = member_compressor(compresslevel)
+    needs = FileNeeds(item["properties"])  # the join of the sources' statistics (SPEC.md §5)
     parts, schema_line = [], None
     for entry in item["files"]:
+        if "needs" in entry:
+            needs.add_entry(entry)
         with open_data_file(storage, entry) as unzipped:
             first = unzipped.readline()
             if schema_line is None:
                 schema_line = first
                 parts.append(compressor.compress(first))
             while block := unzipped.read(1 << 20):
+                if "needs" not in entry:  # a source without statistics: its records are read for them
+                    block += unzipped.readline()
+                    needs.add_lines(block)
                 parts.append(compressor.compress(block))
     parts.append(compressor.flush())
     data = b"".join(parts)
     start, end = min(e["start"] for e in item["files"]), max(e["end"] for e in item["files"])
     records = sum(e["records"] for e in item["files"])
     record = store(storage, paths, item["schema_hash"], data, start, end, records, item["work_id"])
-    return {**record, "runs": item["runs"]}
+    return {**record, "runs": item["runs"], **needs.fields()}
 
 
 def plan_stream(lake: Lake, tap_id: str, stream: str, target_bytes: int, work_id: str) -> tuple[Manifest, list[dict]]:
@@ -115,6 +122,7 @@ def plan_stream(lake: Lake, tap_id: str, stream: str, target_bytes: int, work_id
             "tap_id": tap_id,
             "stream": stream,
             "schema_hash": g[0][0]["schema_hash"],
+            "properties": properties_of(manifest.versions[g[0][0]["schema_hash"]]["schema"]),
             "files": [e for e, _ in g],
             "runs": merged_runs(g),
             "work_id": work_id,

@@ -21,6 +21,7 @@ from singerlake.format.manifest import Manifest
 from singerlake.format.metadata import InvalidMetadata
 from singerlake.format.scan import data_file_keys, describe_file, manifest_from_described
 from singerlake.jobs.runner import Failures, Progress, StreamFailure, by_stream, for_each_stream, run_stream_items
+from singerlake.jobs.statistics import add_statistics, missing_items, statistics_on_executor
 from singerlake.jobs.verify import Finding, read_manifest
 from singerlake.lake import Lake
 from singerlake.storage import NotFound, Storage
@@ -41,10 +42,15 @@ class Action:
 
 def describe_on_executor(storage: Storage, item: dict) -> dict:
     try:
-        record, schema, keys = describe_file(storage, StreamPaths(item["tap_id"], item["stream"]), item["path"])
+        record, schema, keys = describe_file(storage, StreamPaths(item["tap_id"], item["stream"]), item["path"], with_needs=True)
     except (CorruptFile, ValueError) as exc:
         return {"error": str(exc)}
     return {"described": [record, schema, keys]}
+
+
+def repair_item(storage: Storage, item: dict) -> dict:
+    """Executor side: a data file to scan (a rebuild), or an entry to find column statistics for."""
+    return statistics_on_executor(storage, item) if "entry" in item else describe_on_executor(storage, item)
 
 
 @dataclass
@@ -53,14 +59,14 @@ class _StreamPlan:
 
     manifest: Manifest | None
     problem: Finding | None
-    scan_items: list[dict]
+    scan_items: list[dict]  # data files to rebuild from, or entries without column statistics (SPEC.md §5)
 
 
 def _plan_stream(lake: Lake, tap_id: str, stream: str) -> _StreamPlan:
     paths = lake.paths(tap_id, stream)
     manifest, problem = read_manifest(lake, paths)
     if not problem:
-        return _StreamPlan(manifest, None, [])
+        return _StreamPlan(manifest, None, missing_items(manifest, tap_id, stream))
     keys = data_file_keys(lake.storage, paths)
     return _StreamPlan(None, problem, [{"tap_id": tap_id, "stream": stream, "path": key} for key in keys])
 
@@ -87,6 +93,17 @@ def _rebuild(lake: Lake, tap_id: str, stream: str, plan: _StreamPlan, described:
     return manifest, actions
 
 
+def _add_statistics(lake: Lake, tap_id: str, stream: str, plan: _StreamPlan, results: list[tuple[dict, dict]], apply: bool) -> list[Action]:
+    """Entries of a valid manifest without column statistics get them (SPEC.md §12 repair)."""
+    actions = [Action(item["entry"]["path"], f"no column statistics: {r['error']}") for item, r in results if "error" in r]
+    found = sum(1 for _, r in results if "fields" in r)
+    if found:
+        changed = add_statistics(lake, tap_id, stream, results, plan.manifest) if apply else found
+        if changed:
+            actions.insert(0, Action(lake.paths(tap_id, stream).manifest, f"add column statistics to {changed} file entries"))
+    return actions
+
+
 def _replace_with(storage: Storage, key: str, new: bytes) -> None:
     compare_and_swap(storage, key, lambda current: None if current == new else new)
 
@@ -107,12 +124,12 @@ def repair(
     selected = [(tap, stream) for tap, streams in streams_of.items() for stream in streams]
     plans = for_each_stream(selected, lambda tap, stream: _plan_stream(lake, tap, stream), found)
     items = [item for plan in plans.values() for item in plan.scan_items]
-    described = by_stream(items, run_stream_items(spark, items, functools.partial(describe_on_executor, lake.storage), found, progress))
+    described = by_stream(items, run_stream_items(spark, items, functools.partial(repair_item, lake.storage), found, progress))
 
     def settle(tap: str, stream: str) -> tuple[Manifest, list[Action]]:
         plan = plans[(tap, stream)]
         if plan.problem is None:
-            return plan.manifest, []
+            return plan.manifest, _add_statistics(lake, tap, stream, plan, described.get((tap, stream), []), apply)
         return _rebuild(lake, tap, stream, plan, described.get((tap, stream), []), apply)
 
     settled = for_each_stream([s for s in plans if not found.has(*s)], settle, found)

@@ -75,13 +75,19 @@ def named_in(query: str, stream: str) -> bool:
 
 def raw_records(lake: Lake, spark, tap_id: str, streams: list[str]) -> dict[str, Any]:
     """Every landed record of each stream, exactly typed, with its position columns: the values'
-    types are found on the executors (one Spark job for all ``streams``) and handed to the data source."""
+    types are found from the files' statistics (SPEC.md §5), and the values of files without them on
+    the executors (one Spark job for all ``streams``, none when every file has them), then handed to
+    the data source."""
     from singerlake.replay.datasource import needs_on_executors, plan_files, register
 
     register(spark)
     manifests = [manifest for manifest in (lake.manifest(tap_id, stream) for stream in streams) if manifest.versions]
     plans = [
-        (replay_schema(manifest).get("properties", {}), plan_files(manifest, set(manifest.versions), None, manifest.commits))
+        (
+            manifest.versions,
+            replay_schema(manifest).get("properties", {}),
+            plan_files(manifest, set(manifest.versions), None, manifest.commits),
+        )
         for manifest in manifests
     ]
     frames = {}

@@ -27,6 +27,7 @@ from singerlake.errors import SingerlakeError
 from singerlake.format import catalogue as cat
 from singerlake.format.datafile import gzip_member
 from singerlake.format.manifest import Manifest
+from singerlake.format.needs import properties_of
 from singerlake.lake import Lake
 from singerlake.landing.batch import ActivateVersion, Batch, Segment
 from singerlake.landing.spark_write import FileJob, batch_table, write_with_spark
@@ -187,7 +188,8 @@ class Drain:
             schema = segment.schema
             paths = self.lake.paths(s.tap_id, segment.stream)
             member = gzip_member(schema.line + b"\n", s.compresslevel)
-            jobs.append(FileJob(self.lake.storage, paths, schema.hash, member, s.max_file_bytes, s.work_id))
+            properties = properties_of(schema.message.get("schema"))
+            jobs.append(FileJob(self.lake.storage, paths, schema.hash, member, s.max_file_bytes, s.work_id, properties))
         table = batch_table([segment.chunks for segment in segments])
         for segment in segments:
             segment.chunks = []  # the table holds the only copy now

@@ -8,8 +8,9 @@ driver gzips each chunk in a thread pool while it goes on reading, so the bytes 
 (and, on a cluster, the network) are about a ninth of the text, and few large rows keep Spark's
 per-row cost out of the way. Executors join the members of a file behind its segment's SCHEMA
 member (a series of members is one gzip file, RFC 1952 §2.2), hash it and write it (create-only),
-several files at once. Only the files' metadata records come back to the driver, which commits
-them (SPEC.md §9). Nothing becomes visible if any task fails.
+several files at once. Only the files' metadata records come back to the driver, each with the
+file's column statistics (what its values need, ``format/needs.py``, found from the members the
+executor holds), and the driver commits them (SPEC.md §9). Nothing becomes visible if any task fails.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from singerlake.format.datafile import gzip_member, store
 from singerlake.format.layout import StreamPaths
+from singerlake.format.needs import FileNeeds
 from singerlake.spark.executors import default_parallelism
 from singerlake.spark.results import result_batch, result_schema
 from singerlake.storage import Storage
@@ -47,6 +49,7 @@ class FileJob:
     schema_member: bytes  # the SCHEMA line as a gzip member: the head of every file
     max_file_bytes: int
     work_id: str | None
+    properties: dict  # the schema's properties: each file's column statistics are found under them (SPEC.md §5)
 
 
 @dataclass
@@ -141,7 +144,10 @@ class _FileBuilder:
         data = b"".join(self.parts)
         start, end = int(self.start), int(self.end)
         record = store(job.storage, job.paths, job.schema_hash, data, start, end, self.records, job.work_id, self.file_id)
-        return self.segment, self.first_chunk, json.dumps(record)
+        needs = FileNeeds(job.properties)
+        for member in self.parts[1:]:  # the RECORD members: decoded once more here, so no reader has to
+            needs.add_member(member)
+        return self.segment, self.first_chunk, json.dumps({**record, **needs.fields()})
 
 
 def _chunks(batch) -> Iterator[tuple[int, int, str, memoryview, int, int, int, int]]:

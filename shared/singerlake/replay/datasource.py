@@ -17,9 +17,10 @@ Columns: the stream's properties, typed exactly as the projection types them (``
 §12: ``decimal(p, s)`` where the values fit, JSON text otherwise and for JSON values, names taken
 literally), then ``_singerlake_commit`` and ``_singerlake_index`` (the record's position, SPEC.md
 §11), ``_singerlake_version`` and ``_singerlake_time`` (the record's time, SPEC.md §1, when it has
-one). The types depend on the values read, so without ``needs`` the schema is found by reading the
-selected records once on the driver; ``needs_on_executors`` reads them on the executors instead
-(``singerlake sql --raw`` does). Each partition is one data file, verified against its blake2 hash
+one). The types depend on the values read: without ``needs`` the schema is found from the files'
+column statistics in the manifest (SPEC.md §5; no data file is read when every file has them), and
+the records of files without them are read once on the driver; ``needs_on_executors`` reads those on
+the executors instead (``singerlake sql --raw`` does). Each partition is one data file, verified against its blake2 hash
 before it is read, and yields Arrow batches.
 
 ``spark.readStream.format("singerlake")`` (same options, and ``startingPosition``,
@@ -43,6 +44,7 @@ from singerlake.format.catalogue import replay_schema
 from singerlake.format.datafile import open_data_file
 from singerlake.format.exact import Need, ProjectionError, covers, decode, join_all, records_needs, typed_table
 from singerlake.format.manifest import Manifest
+from singerlake.format.needs import StatsReader
 from singerlake.format.positions import Position, already_replayed, check_bookmark, entry_runs
 from singerlake.lake import Lake
 from singerlake.spark.schema import struct_type
@@ -114,16 +116,16 @@ class SingerlakeDataSource(DataSource):
         self._until = until  # the reader reads what the schema was found from, whatever is committed meanwhile
         return plan_files(manifest, hashes, after, until)
 
-    def _needs(self, storage: Storage, properties: dict, files: list[dict]) -> dict[str, Need]:
+    def _needs(self, storage: Storage, manifest: Manifest, properties: dict, files: list[dict]) -> dict[str, Need]:
         if self.options.get("needs"):
             return json.loads(self.options["needs"])
         if getattr(self, "_found_needs", None) is None:  # found once, by schema(): this object is pickled on to reader()
-            self._found_needs = join_all([file_needs(storage, properties, file) for file in files])
+            self._found_needs = planned_needs(storage, manifest.versions, properties, files)
         return self._found_needs
 
     def schema(self) -> T.StructType:
         lake, manifest, schema, hashes = self._selected()
-        return columns(schema, self._needs(lake.storage, schema.get("properties", {}), self._files(manifest, hashes)))
+        return columns(schema, self._needs(lake.storage, manifest, schema.get("properties", {}), self._files(manifest, hashes)))
 
     def streamReader(self, schema: T.StructType) -> DataSourceStreamReader:
         from singerlake.replay.streaming import StreamReader
@@ -137,7 +139,7 @@ class SingerlakeDataSource(DataSource):
             manifest.stream,
             schema,
             properties,
-            self._needs(lake.storage, properties, files),
+            self._needs(lake.storage, manifest, properties, files),
             None if self.options.get("version", "all") == "all" else hashes,
             self.options,
         )
@@ -146,7 +148,7 @@ class SingerlakeDataSource(DataSource):
         lake, manifest, json_schema, hashes = self._selected()
         files = self._files(manifest, hashes, getattr(self, "_until", None))
         properties = json_schema.get("properties", {})
-        return _Reader(lake.storage, schema, properties, self._needs(lake.storage, properties, files), files)
+        return _Reader(lake.storage, schema, properties, self._needs(lake.storage, manifest, properties, files), files)
 
 
 def plan_files(manifest: Manifest, hashes: set[str], after: Position | None, until: int) -> list[dict]:
@@ -202,19 +204,34 @@ def file_needs(storage: Storage, properties: dict, file: dict) -> dict[str, Need
     return needs
 
 
+def planned_needs(storage: Storage, versions: dict, properties: dict, files: list[dict]) -> dict[str, Need]:
+    """What the values of planned files need under ``properties``: from their entries' statistics
+    (SPEC.md §5), reading here only the files whose statistics cannot tell (none on a lake landed
+    under 2.1). A file read from a bookmark counts whole: possibly wider, never narrower."""
+    known, unread = StatsReader(versions, properties).split(files)
+    return join_all([known, *(file_needs(storage, properties, file) for file in unread)])
+
+
 def _item_needs(storage: Storage, item: dict) -> dict[str, Need]:
     return file_needs(storage, item["properties"], item["file"])
 
 
-def needs_on_executors(spark, storage: Storage, streams: list[tuple[dict, list[dict]]]) -> list[dict[str, Need]]:
-    """For each stream, given as its properties and planned files (``plan_files``), what its values
-    need: every file of every stream read in one Spark job on the executors (``needs`` option)."""
+def needs_on_executors(spark, storage: Storage, streams: list[tuple[dict, dict, list[dict]]]) -> list[dict[str, Need]]:
+    """For each stream, given as its manifest's versions, the properties read and its planned files
+    (``plan_files``), what its values need (``needs`` option): from the files' statistics, and the
+    files without them read in one Spark job on the executors (no job when every file has them)."""
     from singerlake.jobs.runner import run_items
 
-    items = [{"stream": n, "properties": properties, "file": file} for n, (properties, files) in enumerate(streams) for file in files]
+    needs: list[dict[str, Need]] = []
+    items = []
+    for n, (versions, properties, files) in enumerate(streams):
+        known, unread = StatsReader(versions, properties).split(files)
+        needs.append(known)
+        items += [{"stream": n, "properties": properties, "file": file} for file in unread]
+    if not items:
+        return needs
     sizes = [item["file"]["entry"]["size"] for item in items]
     found = run_items(spark, items, functools.partial(_item_needs, storage), sizes=sizes, items_per_task=16, threads=2)
-    needs: list[dict[str, Need]] = [{} for _ in streams]
     for item, result in zip(items, found, strict=True):
         needs[item["stream"]] = join_all([needs[item["stream"]], result])
     return needs
