@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from lakes import TAP, joined, land, local_lake_at, record_msg, schema_msg
+from probes import write_probe
 from singerlake import Lake
 from singerlake.format.catalogue import replay_schema
 from singerlake.format.datafile import open_data_file
@@ -194,57 +195,6 @@ def test_compaction_keeps_the_statistics(tmp_path, spark):
 
 
 # -- local-cluster: no data file is read on the driver ------------------------------------------------
-READ_PROBE = '''
-"""Test probe: log which process reads each data file (only when SINGERLAKE_TEST_READ_LOG is set)."""
-import json
-import os
-
-LOG = os.environ.get("SINGERLAKE_TEST_READ_LOG")
-
-
-def _ancestry(pid):
-    chain = []
-    while pid > 1 and len(chain) < 32:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                cmdline = handle.read().replace(b"\\0", b" ").decode("utf-8", "replace").strip()
-            with open(f"/proc/{pid}/stat") as handle:
-                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-        chain.append({"pid": pid, "cmdline": cmdline})
-        pid = parent
-    return chain
-
-
-def _log(key):
-    line = json.dumps({"key": key, "pid": os.getpid(), "ancestry": _ancestry(os.getpid())}) + "\\n"
-    fd = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode("utf-8"))
-    finally:
-        os.close(fd)
-
-
-def _install():
-    from singerlake.storage import LocalStorage, S3Storage
-
-    for cls in (LocalStorage, S3Storage):
-        for name in ("read", "open_read"):
-            original = getattr(cls, name)
-
-            def wrapped(self, key, *args, _original=original, **kwargs):
-                if key.endswith(".singer.gz"):
-                    _log(key)
-                return _original(self, key, *args, **kwargs)
-
-            setattr(cls, name, wrapped)
-
-
-if LOG:
-    _install()
-'''
-
 CLUSTER_SCRIPT = """
 import json, sys
 from singerlake.replay.datasource import register
@@ -269,9 +219,7 @@ def nearest_jvm(entry: dict) -> str:
 
 def cluster_read(tmp_path: Path, root: str) -> tuple[dict, list[dict], list[dict]]:
     """Load and collect the stream on local-cluster; the result, and the data-file reads before and after loading."""
-    probe = tmp_path / "probe"
-    probe.mkdir(exist_ok=True)
-    (probe / "sitecustomize.py").write_text(READ_PROBE)
+    probe = write_probe(tmp_path / "probe", "SINGERLAKE_TEST_READ_LOG", ("read", "open_read"))
     log = tmp_path / f"reads-{len(list(tmp_path.glob('reads-*')))}.jsonl"
     env = {**os.environ, "SINGERLAKE_TEST_READ_LOG": str(log)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(probe), env.get("PYTHONPATH")]))

@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 import pytest
+from probes import write_probe
 from singerlake import Lake
 from test_target_crash import STATE_EVERY, assert_lake_complete, make_input, read_lake, run_to_end, write_config
 
@@ -29,54 +30,6 @@ pytestmark = pytest.mark.heavy  # local-cluster: a master, workers and executor 
 CLUSTER = "local-cluster[2,1,1024]"
 RECORDS = 20_000
 
-WRITE_PROBE = '''
-"""Test probe: log which process writes each data file (only when SINGERLAKE_TEST_WRITE_LOG is set)."""
-import json
-import os
-import re
-
-LOG = os.environ.get("SINGERLAKE_TEST_WRITE_LOG")
-
-
-def _ancestry(pid):
-    chain = []
-    while pid > 1 and len(chain) < 32:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                cmdline = handle.read().replace(b"\\0", b" ").decode("utf-8", "replace").strip()
-            with open(f"/proc/{pid}/stat") as handle:
-                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-        chain.append({"pid": pid, "cmdline": cmdline})
-        pid = parent
-    return chain
-
-
-def _install():
-    from singerlake.storage import LocalStorage, S3Storage
-
-    for cls in (LocalStorage, S3Storage):
-        original = cls.write
-
-        def write(self, key, data, *args, _original=original, **kwargs):
-            result = _original(self, key, data, *args, **kwargs)
-            if key.endswith(".singer.gz"):
-                line = json.dumps({"key": key, "pid": os.getpid(), "ancestry": _ancestry(os.getpid())}) + "\\n"
-                fd = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                try:
-                    os.write(fd, line.encode("utf-8"))
-                finally:
-                    os.close(fd)
-            return result
-
-        cls.write = write
-
-
-if LOG:
-    _install()
-'''
-
 
 @pytest.fixture(scope="module")
 def small_input(tmp_path_factory):
@@ -84,9 +37,7 @@ def small_input(tmp_path_factory):
 
 
 def probed_env(tmp_path: Path) -> tuple[dict, Path]:
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    (probe / "sitecustomize.py").write_text(WRITE_PROBE)
+    probe = write_probe(tmp_path / "probe", "SINGERLAKE_TEST_WRITE_LOG", ("write",))
     log = tmp_path / "writes.jsonl"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(probe), env.get("PYTHONPATH")]))
