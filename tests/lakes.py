@@ -167,3 +167,27 @@ def run_cli(config: dict, data: bytes, tmp_path: Path, env: dict | None = None) 
     environment = {key: value for key, value in os.environ.items() if key != "MELTANO_EXTRACTOR_NAME"}
     environment.update({"AWS_EC2_METADATA_DISABLED": "true", **(env or {})})
     return subprocess.run([CLI, "--config", str(config_file)], input=data, capture_output=True, timeout=300, env=environment)
+
+
+def duckdb_for(lake: LakeUnderTest, reader: str, needs: tuple[str, ...] = ()):
+    """DuckDB with its ``reader`` extension (``delta``, ``iceberg``) and ``needs`` loaded from their PyPI
+    wheels (DuckDB downloads them otherwise), and httpfs with the lake's S3 server as a secret."""
+    import glob
+
+    import duckdb
+
+    wheels = glob.glob(f"{os.path.dirname(duckdb.__file__)}/../duckdb_ext/extensions/v*/*/*")
+    found = {os.path.basename(path).split(".")[0]: path for path in wheels}
+    if reader not in found:
+        pytest.skip(f"no {reader} extension for DuckDB {duckdb.__version__} (pip install duckdb-ext-{reader} of the same version)")
+    connection = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    for name in ("httpfs", *needs, reader):
+        connection.execute(f"LOAD '{found[name]}'")
+    if isinstance(lake.storage, S3Storage):
+        options = lake.storage.open_options()
+        endpoint = options["endpoint_url"].removeprefix("http://")
+        connection.execute(
+            f"CREATE SECRET lake (TYPE s3, KEY_ID '{options['access_key_id']}', SECRET '{options['secret_access_key']}', "
+            f"REGION '{options['region']}', ENDPOINT '{endpoint}', URL_STYLE 'path', USE_SSL false)"
+        )
+    return connection

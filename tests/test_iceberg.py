@@ -3,24 +3,21 @@ stream's current rows in a pyiceberg catalog (SQLite here), read back by pyicebe
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from conftest import _new_bucket
 from deltalake import DeltaTable
-from lakes import TAP, LakeUnderTest, s3_lake_at
+from lakes import TAP, LakeUnderTest, duckdb_for, s3_lake_at
 from singerlake.jobs import delta
 from singerlake.jobs.delta import storage_options, table_key
 from singerlake.jobs.iceberg import DELTA_VERSION, fileio_properties, identifier, open_catalog, sync
 from singerlake.jobs.project import project
 from singerlake.jobs.vacuum import vacuum
-from singerlake.storage import S3Storage
 from test_lake_jobs import open_lake, run_cli, spark  # noqa: F401  (spark: the module's session fixture)
 from test_project import FIRST, STREAM, by_id, check_exact, land_records, uri
 
@@ -43,30 +40,8 @@ def catalog_of(lake: LakeUnderTest):
     return SqlCatalog("lake", **properties, **fileio_properties(lake.storage))
 
 
-def duckdb_with_iceberg(lake: LakeUnderTest):
-    import duckdb
-
-    found = {
-        Path(path).name.split(".")[0]: path for path in glob.glob(f"{os.path.dirname(duckdb.__file__)}/../duckdb_ext/extensions/v*/*/*")
-    }
-    if "iceberg" not in found:
-        pytest.skip(f"no iceberg extension for DuckDB {duckdb.__version__} installed (pip install duckdb-ext-iceberg of the same version)")
-    connection = duckdb.connect(config={"allow_unsigned_extensions": "true"})
-    for name in ("httpfs", "avro", "iceberg"):
-        if name in found:
-            connection.execute(f"LOAD '{found[name]}'")
-    if isinstance(lake.storage, S3Storage):
-        options = lake.storage.open_options()
-        endpoint = options["endpoint_url"].removeprefix("http://")
-        connection.execute(
-            f"CREATE SECRET lake (TYPE s3, KEY_ID '{options['access_key_id']}', SECRET '{options['secret_access_key']}', "
-            f"REGION '{options['region']}', ENDPOINT '{endpoint}', URL_STYLE 'path', USE_SSL false)"
-        )
-    return connection
-
-
 def duckdb_rows(lake: LakeUnderTest, metadata_location: str) -> list[dict]:
-    connection = duckdb_with_iceberg(lake)
+    connection = duckdb_for(lake, "iceberg", needs=("avro",))
     result = connection.sql(f"SELECT * FROM iceberg_scan('{metadata_location}')")
     return [dict(zip(result.columns, row, strict=True)) for row in result.fetchall()]
 

@@ -4,10 +4,8 @@ write (delta-rs, Polars, DuckDB's delta extension), locally and from moto's HTTP
 from __future__ import annotations
 
 import csv
-import glob
 import io
 import json
-import os
 from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -17,13 +15,12 @@ import pytest
 from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lakes import TAP, LakeUnderTest, joined, land, local_lake_at, record_msg, schema_msg
+from lakes import TAP, LakeUnderTest, duckdb_for, joined, land, local_lake_at, record_msg, schema_msg
 from singerlake.format.exact import decode, join_all, json_text, need_of, records_needs
 from singerlake.jobs import delta
 from singerlake.jobs.delta import storage_options, table_key, table_uri
 from singerlake.jobs.project import bucket_of, project
 from singerlake.jobs.vacuum import vacuum
-from singerlake.storage import S3Storage
 from test_lake_jobs import open_lake, run_cli, spark  # noqa: F401  (spark: the module's session fixture)
 
 STREAM = "public.tricky"
@@ -210,32 +207,10 @@ def test_large_keyless_streams_add_their_new_rows_and_rewrite_nothing(local_lake
     assert sorted(row["n"] for row in DeltaTable(uri(local_lake, "events")).to_pyarrow_table().to_pylist()) == list(range(2005))
 
 
-def duckdb_with_delta():
-    """DuckDB with the delta and httpfs extensions from their PyPI wheels (DuckDB downloads them otherwise)."""
-    import duckdb
-
-    found = {
-        Path(path).name.split(".")[0]: path for path in glob.glob(f"{os.path.dirname(duckdb.__file__)}/../duckdb_ext/extensions/v*/*/*")
-    }
-    if "delta" not in found:
-        pytest.skip(f"no delta extension for DuckDB {duckdb.__version__} installed (pip install duckdb-ext-delta of the same version)")
-    connection = duckdb.connect(config={"allow_unsigned_extensions": "true"})
-    for name in ("httpfs", "delta"):
-        connection.execute(f"LOAD '{found[name]}'")
-    return connection
-
-
 def test_duckdb_reads_the_published_table(lake, spark):  # noqa: F811
     land_records(lake, FIRST)
     project(open_lake(lake), spark, TAP)
-    connection = duckdb_with_delta()
-    if isinstance(lake.storage, S3Storage):
-        options = lake.storage.open_options()
-        endpoint = options["endpoint_url"].removeprefix("http://")
-        connection.execute(
-            f"CREATE SECRET lake (TYPE s3, KEY_ID '{options['access_key_id']}', SECRET '{options['secret_access_key']}', "
-            f"REGION '{options['region']}', ENDPOINT '{endpoint}', URL_STYLE 'path', USE_SSL false)"
-        )
+    connection = duckdb_for(lake, "delta")
     result = connection.sql(f"SELECT * FROM delta_scan('{uri(lake)}')")
     check_exact(by_id([dict(zip(result.columns, row, strict=True)) for row in result.fetchall()]))
 
