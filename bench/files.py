@@ -33,7 +33,6 @@ import platform
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,6 +46,7 @@ from singerlake.files import index
 from singerlake.files.record import make_record
 from singerlake.lake import Lake
 from singerlake.storage import LocalStorage, S3Storage, Storage
+from streams import moto_s3
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
@@ -143,28 +143,10 @@ class Moto:
 
 
 @contextlib.contextmanager
-def moto_server(work: Path) -> Iterator[Moto]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with open(work / "moto.log", "wb") as log:
-        server = subprocess.Popen([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit("moto_server did not start") from None
-                time.sleep(0.1)
-        moto = Moto(f"http://127.0.0.1:{port}", f"bench-{uuid.uuid4().hex[:8]}")
-        moto.client().create_bucket(Bucket=moto.bucket)
-        yield moto
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+def moto_server() -> Iterator[Moto]:
+    """bench/streams.py's moto server on 127.0.0.1 and its fresh bucket."""
+    with moto_s3() as settings:
+        yield Moto(settings["s3_endpoint_url"], settings["lake_root"].removeprefix("s3://").split("/")[0])
 
 
 # -- counting requests -----------------------------------------------------------------------------
@@ -511,7 +493,7 @@ def main() -> None:
     started, load_before = time.time(), os.getloadavg()
     OUT.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
-    with tempfile.TemporaryDirectory(dir=OUT) as tmp, moto_server(Path(tmp)) as moto:
+    with tempfile.TemporaryDirectory(dir=OUT) as tmp, moto_server() as moto:
         work = Path(tmp)
         if parts & {"small", "small-local"}:
             rows += small(work, moto, args, s3="small" in parts)
