@@ -38,7 +38,20 @@ class _SdcTime(msgspec.Struct):
 
 
 _envelope = msgspec.json.Decoder(Envelope)
+_envelopes = msgspec.json.Decoder(list[Envelope])
 _sdc = msgspec.json.Decoder(_SdcTime)
+
+
+def decode_envelopes(lines: bytes) -> list[Envelope] | None:
+    """The envelopes of newline-terminated message lines in one decoder call (a line holds no raw
+    newline: JSON escapes it); None when one line is not a valid envelope (read them one by one to say which)."""
+    text = lines.rstrip(b"\r\n")
+    if not text:
+        return []
+    try:
+        return _envelopes.decode(b"[" + text.replace(b"\n", b",") + b"]")
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
 
 
 def decode_envelope(line: bytes, number: int) -> Envelope:

@@ -40,10 +40,13 @@ from typing import Any
 
 from singerlake.errors import ConfigError
 from singerlake.format.catalogue import replay_schema
+from singerlake.format.columnar import parse_times, read_lines, read_schema, typed_from, typed_texts
+from singerlake.format.datafile import open_data_file
 from singerlake.format.exact import decode, join, join_all, json_text, json_value, records_needs, table_schema, typed_table
 from singerlake.format.manifest import Manifest
-from singerlake.format.messages import decode_envelope
+from singerlake.format.messages import decode_envelope, decode_envelopes
 from singerlake.format.names import encode_segment
+from singerlake.format.needs import StatsReader
 from singerlake.format.positions import Position, check_bookmark
 from singerlake.jobs import delta, iceberg
 from singerlake.jobs.runner import (
@@ -58,7 +61,7 @@ from singerlake.jobs.runner import (
 from singerlake.lake import Lake
 from singerlake.replay.datasource import plan_files, planned_lines
 from singerlake.storage import Storage
-from singerlake.times import new_file_id, record_time_ms
+from singerlake.times import new_file_id, parse_time_ms, record_time_ms
 
 SMALL_STREAM_BYTES = 64 << 20  # stored (gzipped) bytes; decoded rows take several times that in memory
 # A large stream's buckets start at an eighth of the small-stream size; when they average more than
@@ -76,7 +79,8 @@ STAGING_SCHEMA = (
 NO_TIME = -(2**63)  # a row without a record time loses to any row with one (the window's nulls last)
 INT64 = (-(2**63), 2**63 - 1)
 SDC_DELETED_AT = "_sdc_deleted_at"
-ROW = "_row"  # a new row's place among the records read: its decoded record, without decoding it again
+KEY_READ = {"long": "int64", "string": "string", "timestamp": "string", "date": "string", None: "string"}  # key needs Arrow reads as JSON
+EMPTY_RECORD = b"{}"  # a RECORD without a record
 DELETED_AT = {"type": ["string", "null"], "format": "date-time"}  # the column soft deletes add when the schema has none
 DELETED_AT_IF_USED = {**DELETED_AT, "singerlake.added": "when used"}  # ... shown only once a row has a deletion time
 
@@ -112,9 +116,8 @@ def key_text(record: dict, keys: list[str]) -> str:
     return json_text([record.get(name) for name in keys])
 
 
-def file_staging_rows(storage: Storage, keys: list[str], file: dict) -> Iterator[tuple[tuple, dict]]:
-    """Staging rows of one planned data file (``datasource.plan_files``), read after checking its hash,
-    each with its decoded record (so a record is decoded once per run)."""
+def file_staging_rows(storage: Storage, keys: list[str], file: dict) -> Iterator[tuple]:
+    """Staging rows of one planned data file (``datasource.plan_files``), read line by line after checking its hash."""
     for index, commit, position, line in planned_lines(storage, file):
         envelope = decode_envelope(line, index + 2)
         text = bytes(envelope.record).decode() or "{}"
@@ -122,24 +125,153 @@ def file_staging_rows(storage: Storage, keys: list[str], file: dict) -> Iterator
         record = record if isinstance(record, dict) else {}
         ms = record_time_ms(envelope.time_extracted, functools.partial(record.get, "_sdc_extracted_at"))
         key = key_text(record, keys) if keys else None
-        yield (key, commit, position, file["version"], ms, text, table_version(envelope.version), None), record
+        yield (key, commit, position, file["version"], ms, text, table_version(envelope.version), None)
 
 
-def read_new_records(storage: Storage, keys: list[str], files: list[dict], decoded: list[dict] | None = None):
-    """The staging rows of the planned files; their decoded records are appended to ``decoded`` when given."""
+def bulk_staging_rows(storage: Storage, keys: list[str], needs: dict, file: dict, typing: tuple[dict, dict] | None = None):
+    """The staging rows of one planned data file read in bulk: its envelopes in one decoder call, its
+    records by Arrow's JSON reader, their keys under the types their statistics (``needs``) give and,
+    with ``typing`` (published properties, column types), typed as published in the same read (else
+    None). None when that cannot read them exactly: ``file_staging_rows`` then reads them line by line."""
+    import numpy as np
+    import pyarrow as pa
+
+    key_needs = [needs.get(name, "unknown") for name in keys]
+    if not all(need is None or (isinstance(need, str) and need in KEY_READ) for need in key_needs):
+        return None
+    import pyarrow.compute as pc
+
+    wanted = {name: pa.type_for_alias(KEY_READ[need]) for name, need in zip(keys, key_needs, strict=True)}
+    with open_data_file(storage, file["entry"]) as unzipped:
+        unzipped.readline()  # the SCHEMA line
+        envelopes = decode_envelopes(unzipped.read())
+    runs = file["runs"]
+    if envelopes is None or len(envelopes) != sum(count for _, _, count in runs):
+        return None
+    end = file.get("take", len(envelopes))  # a streaming micro-batch ends inside this file
+    envelopes = envelopes[file["skip"] : end]
+    commits = np.repeat([commit for commit, _, _ in runs], [count for _, _, count in runs])[file["skip"] : end]
+    positions = np.concatenate([np.arange(first, first + count) for _, first, count in runs])[file["skip"] : end]
+    records = [envelope.record or EMPTY_RECORD for envelope in envelopes]
+    texts = string_array(records)
+    times = record_times([envelope.time_extracted for envelope in envelopes])
+    if times.null_count:  # a record without time_extracted is filed under its _sdc_extracted_at (SPEC.md §1)
+        wanted.setdefault("_sdc_extracted_at", pa.string())
+    if texts is None:
+        return None
+    read, typed = read_records(b"\n".join(records), len(records), wanted, typing)
+    if read is None:
+        return None
+    if times.null_count:
+        times = pc.coalesce(times, record_times(read["_sdc_extracted_at"].to_pylist()))
+    key = key_texts([read[name] for name in keys]) if keys else pa.nulls(len(records), pa.string())
+    if key is None:
+        return None
+    columns = {
+        "_key": key,
+        "_singerlake_commit": pa.array(commits, pa.int64()),
+        "_singerlake_index": pa.array(positions, pa.int64()),
+        "_singerlake_version": pa.array([file["version"]] * len(records), pa.string()),
+        "_singerlake_time": times,
+        "_record": texts,
+        "_singerlake_table_version": pa.array([table_version(envelope.version) for envelope in envelopes], pa.int64()),
+        "_singerlake_deleted_at": pa.nulls(len(records), pa.string()),
+    }
+    return pa.table(columns, schema=staging_schema()), typed
+
+
+def read_records(lines: bytes, count: int, wanted: dict, typing: tuple[dict, dict] | None):
+    """``(read, typed)``: the ``wanted`` columns of ``count`` records (JSON lines) and, with ``typing``,
+    their published rows, from one read when the wanted columns are read alike there; ``read`` None when
+    Arrow cannot read them exactly, ``typed`` None when only the typing failed."""
+    import pyarrow as pa
+
+    if not count:
+        return pa.table({name: pa.array([], kind) for name, kind in wanted.items()}), None
+    schema = read_schema(*typing) if typing is not None else None
+    if schema is not None and all(schema.field(name).type == kind for name, kind in wanted.items() if name in schema.names):
+        both = pa.schema([*schema, *(pa.field(name, kind) for name, kind in wanted.items() if name not in schema.names)])
+        read = read_lines(lines, both)
+        if read is not None and read.num_rows == count:
+            return read, typed_from(read, *typing)
+    if not wanted:
+        return pa.table({"_": pa.nulls(count)}), None
+    read = read_lines(lines, pa.schema(list(wanted.items())))
+    return (read if read is not None and read.num_rows == count else None), None
+
+
+def record_times(values: list) -> Any:
+    """``parse_time_ms`` of each value, as an Arrow array (null: no time)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        strings = pa.array(values, pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # not all texts: none of those is a time
+        return pa.array([parse_time_ms(value) for value in values], pa.int64())
+    micros = pc.cast(parse_times(strings, "timestamp"), pa.int64())
+    return pc.if_else(pc.less(micros, 0), pa.scalar(None, pa.int64()), pc.divide(micros, 1000))  # ms >= 0 only: floor
+
+
+def string_array(texts: list) -> Any:
+    """Byte strings (bytes-like) as one Arrow string array, copied once; None when they are no UTF-8 (or too long for one array)."""
+    import numpy as np
+    import pyarrow as pa
+
+    offsets = np.zeros(len(texts) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)), out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        return None
+    array = pa.StringArray.from_buffers(len(texts), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(texts)))
+    try:
+        array.validate(full=True)
+    except pa.ArrowInvalid:
+        return None
+    return array
+
+
+def key_texts(columns: list) -> Any:
+    """Each row's ``_key`` (``key_text``) from its key columns read by Arrow: 64-bit integers, and
+    strings with nothing JSON escapes; None when another value needs the encoder."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parts = []
+    for column in columns:
+        if pa.types.is_integer(column.type):
+            part = pc.cast(column, pa.string())
+        elif pc.any(pc.match_substring_regex(column, r'["\\\x00-\x1f]')).as_py():
+            return None
+        else:
+            part = pc.binary_join_element_wise('"', column, '"', "")
+        parts.append(pc.fill_null(part, "null"))
+    joined = pc.binary_join_element_wise(*parts, ",") if len(parts) > 1 else parts[0]
+    return pc.binary_join_element_wise("[", joined, "]", "")
+
+
+def read_new_records(storage: Storage, keys: list[str], files: list[dict], needs: dict | None = None, typing: tuple | None = None):
+    """``(staging, typed)``: the staging rows of the planned files, in bulk when their statistics
+    (``needs``) are known, else line by line; and with ``typing`` (``bulk_staging_rows``) their published
+    rows when every file was read in bulk and typed (else None)."""
     import pyarrow as pa
 
     schema = staging_schema()
-    batches = []
+    tables, typed = [], []
     for file in files:
+        bulk = bulk_staging_rows(storage, keys, needs, file, typing) if needs is not None else None
+        if bulk is not None:
+            tables.append(bulk[0])
+            typed.append(bulk[1])
+            continue
+        typed.append(None)
         rows = file_staging_rows(storage, keys, file)
         while chunk := list(islice(rows, ARROW_BATCH_ROWS)):
-            staged, records = zip(*chunk, strict=True)
-            if decoded is not None:
-                decoded.extend(records)
-            columns = zip(*staged, strict=True)
-            batches.append(pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)], schema=schema))
-    return pa.Table.from_batches(batches, schema=schema)
+            columns = zip(*chunk, strict=True)
+            tables.append(pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)], schema=schema))
+    staging = pa.concat_tables(tables) if tables else schema.empty_table()
+    if typing is None or None in typed:
+        return staging, None
+    return staging, pa.concat_tables(typed) if typed else table_schema(*typing).empty_table()
 
 
 def by_position(table):
@@ -149,17 +281,27 @@ def by_position(table):
 def current_rows(table, keyed: bool):
     """The latest row per ``_key``: by commit, then record time (a row without one loses), then position.
     Rows come out in position order. Without key properties every row is current."""
+    rows = current_indices(table, keyed)
+    return table if rows is None else table.take(rows)
+
+
+def current_indices(table, keyed: bool):
+    """The indices of ``current_rows`` in ``table``; None when they are all its rows in their order.
+    Only the small columns are sorted: the records are taken once, at the end."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if not keyed or not table.num_rows:
-        return by_position(table)
-    time = pc.fill_null(table["_singerlake_time"], NO_TIME)
-    order = pa.table({"c": table["_singerlake_commit"], "t": time, "i": table["_singerlake_index"]})
-    ordered = table.take(pc.sort_indices(order, [("c", "ascending"), ("t", "ascending"), ("i", "ascending")]))
-    ranked = pa.table({"key": ordered["_key"], "rank": pa.array(range(ordered.num_rows), pa.int64())})
-    latest = ranked.group_by(["key"], use_threads=False).aggregate([("rank", "max")])["rank_max"]
-    return by_position(ordered.take(latest.sort()))
+    rows = pa.array(range(table.num_rows), pa.int64())
+    if keyed and table.num_rows:
+        time = pc.fill_null(table["_singerlake_time"], NO_TIME)
+        order = pa.table({"c": table["_singerlake_commit"], "t": time, "i": table["_singerlake_index"], "row": rows})
+        ordered = order.take(pc.sort_indices(order, [("c", "ascending"), ("t", "ascending"), ("i", "ascending")]))["row"]
+        ranked = pa.table({"key": table["_key"].take(ordered), "rank": rows})
+        rows = ordered.take(ranked.group_by(["key"], use_threads=False).aggregate([("rank", "max")])["rank_max"])
+    place = pa.table({"c": table["_singerlake_commit"].take(rows), "i": table["_singerlake_index"].take(rows), "row": rows})
+    rows = place.take(pc.sort_indices(place, [("c", "ascending"), ("i", "ascending")]))["row"]
+    unchanged = len(rows) == table.num_rows and pc.all(pc.equal(rows, pa.array(range(table.num_rows), pa.int64()))).as_py() is not False
+    return None if unchanged else rows
 
 
 # -- parts: a staging file and its published twin ------------------------------------------------------
@@ -169,14 +311,11 @@ def read_parquet(storage: Storage, key: str, columns: list[str] | None = None):
     return pq.read_table(io.BytesIO(storage.read(key).data), columns=columns)
 
 
-def records_of(staging, decoded: list[dict] | None = None) -> list[dict]:
-    """The decoded records of staging rows (``decoded``: decoded already, one per row); a row an
-    ACTIVATE_VERSION deleted (soft) carries its time as ``_sdc_deleted_at`` unless the record has one of its own."""
-    if decoded is None:
-        records = [decode(text) for text in staging["_record"].to_pylist()]
-        records = [record if isinstance(record, dict) else {} for record in records]
-    else:
-        records = decoded
+def records_of(staging) -> list[dict]:
+    """The decoded records of staging rows; a row an ACTIVATE_VERSION deleted (soft) carries its time
+    as ``_sdc_deleted_at`` unless the record has one of its own."""
+    records = [decode(text) for text in staging["_record"].to_pylist()]
+    records = [record if isinstance(record, dict) else {} for record in records]
     if "_singerlake_deleted_at" in staging.column_names:
         for record, deleted_at in zip(records, staging["_singerlake_deleted_at"].to_pylist(), strict=True):
             if deleted_at is not None and record.get(SDC_DELETED_AT) is None:
@@ -260,16 +399,20 @@ def part_deletes(storage: Storage, work: dict) -> dict:
     return {"replaced": part, "part": written | ({"bucket": part["bucket"]} if "bucket" in part else {})}
 
 
-def needs_of(properties: dict, records: list[dict]) -> dict:
-    return records_needs(properties, records)
+def typed_rows(properties: dict, types: dict, staging):
+    """A part's published rows from its staging rows: read by Arrow where it reads them exactly
+    (``columnar``), else record by record (``exact``); the same rows either way."""
+    columns = table_properties(properties, types)
+    deleted = "_singerlake_deleted_at" in staging.column_names and staging["_singerlake_deleted_at"].null_count < staging.num_rows
+    typed = None if deleted else typed_texts(columns, types, staging["_record"])
+    return typed if typed is not None else typed_table(columns, types, records_of(staging))
 
 
-def write_staging(
-    storage: Storage, prefix: str, staging, properties: dict, records: list[dict] | None = None, needs: dict | None = None
-) -> dict:
-    """A new staging part (create-only) and what its values (``records``, when decoded already) need
-    (``needs``: known already). zstd: JSON text compresses about as the raw zone's gzip does (snappy:
-    twice that), so a part's stored size compares with the raw bytes that size a large stream's buckets."""
+def write_staging(storage: Storage, prefix: str, staging, properties: dict, needs: dict | None = None) -> dict:
+    """A new staging part (create-only) and what its values need (``needs``: known already, e.g. from
+    the statistics of the files its rows came from; else found by decoding them). zstd: JSON text
+    compresses about as the raw zone's gzip does (snappy: twice that), so a part's stored size compares
+    with the raw bytes that size a large stream's buckets."""
     import pyarrow.parquet as pq
 
     buffer = io.BytesIO()
@@ -277,7 +420,7 @@ def write_staging(
     key = f"{prefix}/part-{new_file_id()}.parquet"
     storage.write(key, buffer.getvalue(), if_none_match=True)
     if needs is None:
-        needs = needs_of(properties, records if records is not None else records_of(staging))
+        needs = records_needs(properties, records_of(staging))
     return {"staging": key, "rows": staging.num_rows, "needs": needs}
 
 
@@ -297,16 +440,15 @@ def publish(
     properties: dict,
     types: dict,
     csv: bool,
-    records: list[dict] | None = None,
+    staging=None,
     published=None,
 ) -> dict:
-    """Write the part's published Parquet file (and CSV twin) from its staging file, its decoded
-    ``records``, or its rows typed already (``published``)."""
+    """Write the part's published Parquet file (and CSV twin) from its staging rows (``staging``, else
+    read from its staging file), or its rows typed already (``published``)."""
     import pyarrow.parquet as pq
 
     if published is None:
-        records = records if records is not None else records_of(read_parquet(storage, part["staging"]))
-        published = typed_table(table_properties(properties, types), types, records)
+        published = typed_rows(properties, types, staging if staging is not None else read_parquet(storage, part["staging"]))
     buffer = io.BytesIO()
     pq.write_table(published, buffer)
     name = f"part-{new_file_id()}.parquet"
@@ -352,6 +494,7 @@ class StreamPlan:
     anew: bool = False  # the table's delete mode differs (or it has none): project the stream anew
     activations: list[dict] = dataclass_field(default_factory=list)  # the ACTIVATE_VERSIONs the table has not applied yet
     activated: int = 0  # the stream's ACTIVATE_VERSIONs: how many the table has applied after this run
+    needs: dict | None = None  # what the new records need, from their files' statistics (None: a file has none)
 
     @property
     def table(self) -> str:
@@ -412,6 +555,8 @@ def plan_stream(lake: Lake, tap_id: str, stream: str, hard: bool = False) -> Str
         plan.up_to_date = True
         return plan
     plan.files = plan_files(manifest, set(manifest.versions), after, manifest.commits)
+    known, unread = StatsReader(manifest.versions, plan.properties).split(plan.files)
+    plan.needs = None if unread else known
     sizes = {info.key: info.size for info in lake.storage.list(f"{plan.staging}/")}
     plan.previous_bytes = sum(sizes.get(part["staging"], 0) for part in plan.state["parts"])
     return plan
@@ -432,6 +577,7 @@ def _work_item(plan: StreamPlan, formats: list[str]) -> dict:
         "csv": "csv" in formats,
         "hard": plan.hard,
         "activations": plan.activations,
+        "needs": plan.needs,
     }
 
 
@@ -448,9 +594,14 @@ def project_on_executor(storage: Storage, item: dict) -> dict:
     import pyarrow.compute as pc
 
     properties, keyed, activations, hard = item["properties"], bool(item["keys"]), item["activations"], item["hard"]
-    decoded: list[dict] = []
-    read = read_new_records(storage, item["keys"], item["files"], decoded)
-    new = current_rows(read.append_column(ROW, pa.array(range(read.num_rows), pa.int64())), keyed)
+    typing = None  # the column types if no part changes its needs: the new rows are typed as they are read
+    if item["needs"] is not None and not activations:
+        guess = run_types([*item["parts"], {"needs": item["needs"]}], properties, item["types"])
+        typing = (table_properties(properties, guess), guess)
+    read, typed = read_new_records(storage, item["keys"], item["files"], item["needs"], typing)
+    rows = current_indices(read, keyed)
+    new = read if rows is None else read.take(rows)
+    typed = typed if typed is None or rows is None else typed.take(rows)
     updated = pa.array(set(new["_key"].to_pylist()) if keyed else [], pa.string())
     kept, replaced, fresh, trimmed = [], [], [], []
     for part in item["parts"]:
@@ -473,20 +624,19 @@ def project_on_executor(storage: Storage, item: dict) -> dict:
         else:
             kept.append(part)
     new = apply_deletes(new, activations, hard)
-    fresh.append(new.drop_columns([ROW]))
-    decoded_rows = [None] * (len(fresh) - 1) + [[decoded[row] for row in new[ROW].to_pylist()]]
-    written, records = [], []  # the new parts, and their records decoded once
-    for table, rows in zip(fresh, decoded_rows, strict=True):
-        if table.num_rows:
-            records.append(records_of(table, rows))
-            written.append(write_staging(storage, item["staging"], table, properties, records[-1]))
-    types = run_types(kept + written + [part for part, _ in trimmed], properties, item["types"])
+    fresh.append(new)
+    new_needs = None if activations else item["needs"]  # the files' statistics: not the deletion times activations add
+    write = functools.partial(write_staging, storage, item["staging"], properties=properties)
+    written = [(write(staging=rows, needs=new_needs if rows is new else None), rows) for rows in fresh if rows.num_rows]
+    types = run_types(kept + [part for part, _ in written] + [part for part, _ in trimmed], properties, item["types"])
     schema = schema_text(properties, types)
     overwrite = schema != item["schema"]
     publish_part = functools.partial(publish, storage, item["table"], properties=properties, types=types, csv=item["csv"])
     if overwrite:
         kept = [publish_part(part) for part in kept]
-    added = [publish_part(part, records=rows) for part, rows in zip(written, records, strict=True)]
+    if typed is not None and (typing[1] != types or typed.num_rows != new.num_rows):  # other types, or hard deletes: typed again
+        typed = None
+    added = [publish_part(part, staging=rows, published=typed if rows is new else None) for part, rows in written]
     added += [publish_part(part, published=None if overwrite else rows) for part, rows in trimmed]
     if item["csv"]:
         kept = [part if "csv" in part else write_csv_twin(storage, item["table"], part) for part in kept]
@@ -532,11 +682,11 @@ def bucket_count(data_bytes: int, small_stream_bytes: int) -> int:
     return 1 << max(0, wanted - 1).bit_length()
 
 
-def _read_files(storage: Storage, keys: list[str], files: list[dict], batches: Iterator[Any]) -> Iterator[Any]:
+def _read_files(storage: Storage, keys: list[str], files: list[dict], needs: dict | None, batches: Iterator[Any]) -> Iterator[Any]:
     """Executor side: the staging rows of the planned files whose numbers are in the input."""
     for batch in batches:
         for number in batch.column("id").to_pylist():
-            yield from read_new_records(storage, keys, [files[number]]).to_batches()
+            yield from read_new_records(storage, keys, [files[number]], needs)[0].to_batches(ARROW_BATCH_ROWS)
 
 
 def _read_parts(storage: Storage, parts: list[dict], batches: Iterator[Any]) -> Iterator[Any]:
@@ -595,10 +745,10 @@ def _write_buckets(storage: Storage, item: dict, batches: Iterator[Any]) -> Iter
         previous = [read_parquet(storage, part["staging"]) for part in parts]
         rows = pa.concat_tables([conform(table) for table in [*previous, rows]])
         staging = apply_deletes(current_rows(rows, keyed), item["activations"], item["hard"])
-        records = records_of(staging)
-        part = write_staging(storage, item["staging"], staging, properties, records) | ({"bucket": bucket} if keyed else {})
+        needs = None if item["activations"] or item["needs"] is None else join_all([item["needs"], *(part["needs"] for part in parts)])
+        part = write_staging(storage, item["staging"], staging, properties, needs) | ({"bucket": bucket} if keyed else {})
         if schema_text(properties, join_all([item["types"], part["needs"]])) == item["schema"]:
-            part = publish(storage, item["table"], part, properties, item["types"], item["csv"], records)
+            part = publish(storage, item["table"], part, properties, item["types"], item["csv"], staging)
         yield pa.RecordBatch.from_pydict({"part": [json.dumps(part)]})
 
 
@@ -614,13 +764,13 @@ def update_bucket(storage: Storage, item: dict, previous: dict, rows) -> dict:
     new = apply_deletes(current_rows(rows, True), [], item["hard"])
     staging = conform(read_parquet(storage, previous["staging"]))
     keep = pc.invert(pc.is_in(staging["_key"], value_set=rows["_key"]))
-    records = records_of(new)
-    needs = join_all([previous["needs"], needs_of(properties, records)])
+    new_needs = item["needs"] if item["needs"] is not None else records_needs(properties, records_of(new))
+    needs = join_all([previous["needs"], new_needs])
     part = write_staging(storage, item["staging"], pa.concat_tables([staging.filter(keep), new]), properties, needs=needs)
     if schema_text(properties, join_all([types, needs])) != item["schema"]:
         return part
     kept = read_parquet(storage, f"{item['table']}/{previous['published']}").filter(keep)
-    published = pa.concat_tables([kept, typed_table(table_properties(properties, types), types, records)])
+    published = pa.concat_tables([kept, typed_rows(properties, types, new)])
     return publish(storage, item["table"], part, properties, types, item["csv"], published=published)
 
 
@@ -649,7 +799,7 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str]
     if rebucket:
         buckets = bucket_count(plan.bytes, small_stream_bytes)
     new = spark.range(len(plan.files), numPartitions=max(1, len(plan.files)))
-    rows = new.mapInArrow(functools.partial(_read_files, storage, plan.keys, plan.files), STAGING_SCHEMA)
+    rows = new.mapInArrow(functools.partial(_read_files, storage, plan.keys, plan.files, plan.needs), STAGING_SCHEMA)
     if rebucket and parts:
         previous = spark.range(len(parts), numPartitions=len(parts))
         rows = rows.unionByName(previous.mapInArrow(functools.partial(_read_parts, storage, parts), STAGING_SCHEMA))
@@ -673,6 +823,8 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str]
         "csv": "csv" in formats,
         "hard": plan.hard,
         "activations": plan.activations,
+        # a rebucketed stream's buckets hold previous rows too: their parts' needs join the new files'
+        "needs": None if plan.needs is None else join_all([plan.needs, *(part["needs"] for part in parts if rebucket)]),
     }
     write = functools.partial(_write_buckets, storage, item)
     with _arrow_batch_rows(spark, ARROW_BATCH_ROWS):

@@ -1,0 +1,209 @@
+"""The columnar projection path (#23) gives exactly what ``exact`` gives, value by value.
+
+Arrow's JSON reader types records in bulk (``format/columnar``) and the projection reads a data file's
+staging rows in bulk (``jobs/project.bulk_staging_rows``); both fall back to the exact Python path when
+they cannot read a value exactly. These tests generate records of every kind, spelled every way JSON
+allows (numbers beyond 64 bits, decimals with exponents and trailing zeros, escaped strings, times
+with and without offsets, dates that are no dates, values of the wrong kind), and assert that
+whenever the fast path answers, its rows and types equal the exact path's.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta, timezone
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from lakes import TAP, joined, land, local_lake_at, ms, record_msg, schema_msg
+from singerlake.format.columnar import typed_texts
+from singerlake.format.exact import decode, join_all, records_needs, typed_table
+from singerlake.jobs.project import bulk_staging_rows, file_staging_rows, key_text, key_texts, plan_stream, record_times, staging_schema
+from singerlake.lake import Lake
+from singerlake.times import parse_time_ms
+
+PROPERTIES = {
+    "id": {"type": "integer"},
+    "n": {"type": ["number", "null"]},
+    "s": {"type": ["string", "null"]},
+    "b": {"type": "boolean"},
+    "ts": {"type": "string", "format": "date-time"},
+    "d": {"type": "string", "format": "date"},
+    "tags": {"type": "array", "items": {"type": "integer"}},
+    "obj": {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "string"}}},
+    "name with space.and dot": {"type": "string"},
+}
+
+
+class Num(str):
+    """A JSON number spelled exactly as given."""
+
+
+def to_json(value) -> str:
+    if isinstance(value, Num):
+        return str(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{to_json(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(to_json(v) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=bool(len(str(value)) % 2))  # escaped and unescaped spellings both
+
+
+integers = st.integers(-(2**70), 2**70).map(lambda n: Num(str(n)))
+numbers = st.one_of(
+    integers,
+    st.decimals(allow_nan=False, allow_infinity=False).map(lambda d: Num(str(d))),
+    st.sampled_from(["1.50", "-0.0", "1e5", "2.5E-3", "0.000", "123456789012345678901234567890.5"]).map(Num),
+)
+offsets = st.sampled_from([timezone.utc, timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-8)), None])
+datetimes = st.builds(lambda dt, tz, sep: dt.replace(tzinfo=tz).isoformat(sep=sep), st.datetimes(), offsets, st.sampled_from(["T", " "]))
+times_text = st.one_of(
+    datetimes,
+    datetimes.map(lambda t: t.replace("+00:00", "Z")),
+    st.sampled_from(["2024-01-01", "2024-01-01T10:00", "2024-02-30T00:00:00Z", "not a time", "2024-01-01T10:00:00.1234567Z"]),
+)
+dates_text = st.one_of(st.dates().map(lambda d: d.isoformat()), st.sampled_from(["2024-02-30", "2024-W01-1", "20240101", "2024-1-1"]))
+texts = st.text(max_size=8)
+anything = st.recursive(
+    st.one_of(st.none(), st.booleans(), integers, texts),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(texts, inner, max_size=2),
+)
+
+
+def of_kind(kind, odd: bool):
+    """Values of a kind; with ``odd``, now and then a value of any other kind (the column is then JSON text)."""
+    return st.one_of(kind, anything) if odd else kind
+
+
+def records(odd: bool):
+    value = {
+        "id": of_kind(integers, odd),
+        "n": of_kind(st.one_of(numbers, st.none()), odd),
+        "s": of_kind(st.one_of(texts, st.none()), odd),
+        "b": of_kind(st.booleans(), odd),
+        "ts": of_kind(times_text, odd),
+        "d": of_kind(dates_text, odd),
+        "tags": of_kind(st.lists(st.one_of(integers, st.none()), max_size=3), odd),
+        "obj": of_kind(st.fixed_dictionaries({}, optional={"x": numbers, "y": texts}), odd),
+        "name with space.and dot": of_kind(texts, odd),
+        "undeclared": anything,
+    }
+    return st.fixed_dictionaries({}, optional=value)
+
+
+def exact_and_columnar(lines: list[str], widen: dict | None = None):
+    decoded = [decode(line) for line in lines]
+    types = join_all([records_needs(PROPERTIES, decoded), widen or {}])
+    return typed_table(PROPERTIES, types, decoded), typed_texts(PROPERTIES, types, pa.array(lines, pa.string()))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(records(odd=True), min_size=1, max_size=12))
+def test_what_arrow_reads_equals_what_exact_types_whatever_the_values(generated):
+    expected, got = exact_and_columnar([to_json(record) for record in generated])
+    if got is not None:
+        assert got.schema.equals(expected.schema, check_metadata=True)
+        assert got.to_pylist() == expected.to_pylist()
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(records(odd=False), min_size=1, max_size=12), st.booleans())
+def test_arrow_reads_columns_of_their_kind_exactly_also_under_wider_types(generated, wider):
+    lines = [to_json(record) for record in generated]
+    decoded = [decode(line) for line in lines]
+    needs = records_needs(PROPERTIES, decoded)
+    widen = {"n": ["decimal", 25, 9], "id": ["decimal", 30, 0]} if wider and "json" not in (needs["n"], needs["id"]) else None
+    expected, got = exact_and_columnar(lines, widen)
+    json_columns = [name for name, need in join_all([needs, widen or {}]).items() if need == "json"]
+    if not json_columns:  # values of their kind, spelled any way: the fast path answers
+        assert got is not None, lines
+        assert got.schema.equals(expected.schema, check_metadata=True)
+        assert got.to_pylist() == expected.to_pylist()
+    else:
+        assert got is None, f"JSON-text columns {json_columns} are left to exact"
+
+
+def test_times_outside_the_strict_form_are_parsed_as_exact_parses_them():
+    lines = [
+        '{"ts": "2024-01-01T10:00:00"}',  # naive: UTC
+        '{"ts": "2024-01-01 10:00:00+02:00"}',  # a space for T
+        '{"ts": "2024-01-01"}',  # a date alone
+        '{"ts": "2024-01-01T10:00:00.5Z", "d": "2024-W01-1"}',  # an ISO week date
+    ]
+    expected, got = exact_and_columnar(lines)
+    assert got is not None and got.to_pylist() == expected.to_pylist()
+    assert [row["ts"].isoformat() for row in got.to_pylist()][:3] == [
+        "2024-01-01T10:00:00+00:00",
+        "2024-01-01T08:00:00+00:00",
+        "2024-01-01T00:00:00+00:00",
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(-(2**63), 2**63 - 1), st.none()), min_size=1), st.lists(st.one_of(st.text(), st.none()), min_size=1))
+def test_keys_read_in_bulk_are_the_keys_key_text_writes(ints, strings):
+    strings = (strings * len(ints))[: len(ints)]
+    got = key_texts([pa.array(ints, pa.int64()), pa.array(strings, pa.string())])
+    escaped = any(s is not None and any(c in s for c in '"\\') or any(ord(c) < 32 for c in s or "") for s in strings)
+    if got is None:
+        assert escaped, "only texts JSON escapes leave the bulk path"
+    else:
+        assert got.to_pylist() == [key_text({"a": i, "b": s}, ["a", "b"]) for i, s in zip(ints, strings, strict=True)]
+    assert key_texts([pa.array(ints, pa.int64())]).to_pylist() == [key_text({"a": i}, ["a"]) for i in ints]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(times_text, st.none(), st.just(""), st.integers(0, 5)), min_size=1))
+def test_record_times_read_in_bulk_equal_parse_time_ms(values):
+    assert record_times(values).to_pylist() == [parse_time_ms(value) for value in values]
+
+
+STREAM = "things"
+
+
+def tricky_input() -> bytes:
+    schema = {"type": "object", "properties": PROPERTIES}
+    lines = [schema_msg(STREAM, schema, ["id"])]
+    for n in range(60):
+        record = {
+            "id": n % 45,  # 15 keys updated
+            "n": f"{n}.{n % 4}0" if n % 5 else None,
+            "s": f"caf\u00e9 {n}",
+            "b": n % 2 == 0,
+            "ts": f"2024-01-01T00:{n % 60:02d}:00" + ("Z" if n % 3 else ""),
+            "d": "2024-02-29",
+            "tags": [n, None],
+            "obj": {"x": n * 10**25} if n % 7 else {},
+            "name with space.and dot": "x",
+        }
+        if n % 20 == 0:
+            record["_sdc_extracted_at"] = f"2024-03-02T00:00:{n:02d}Z"  # the time of a record sent without time_extracted
+        text = json.dumps(record, ensure_ascii=n % 2 == 0).replace(f'"{record["n"]}"', str(record["n"]))
+        time = None if n % 10 == 0 else f"2024-03-01T00:00:{n:02d}+01:00"
+        lines.append(record_msg(STREAM, text, time))
+    return joined(lines)
+
+
+@pytest.mark.parametrize("skip", [0, 7])
+def test_a_data_file_read_in_bulk_gives_the_staging_rows_and_types_of_the_line_by_line_read(tmp_path, skip):
+    lake_ut = local_lake_at(tmp_path)
+    land(lake_ut.config, tricky_input(), batch_max_rows=25)
+    lake = Lake(lake_ut.storage)
+    plan = plan_stream(lake, TAP, STREAM)
+    assert plan.needs is not None and len(plan.files) >= 2, "landed entries carry statistics"
+    times = set()
+    for file in plan.files:
+        file = {**file, "skip": skip}
+        typing = (plan.properties, plan.needs)
+        bulk = bulk_staging_rows(lake.storage, plan.keys, plan.needs, file, typing)
+        assert bulk is not None, "every value here is one the bulk path reads"
+        rows = list(file_staging_rows(lake.storage, plan.keys, file))
+        times |= {row[4] for row in rows}
+        names = staging_schema().names
+        assert bulk[0].to_pylist() == [dict(zip(names, row, strict=True)) for row in rows]
+        records = [decode(text) for text in bulk[0]["_record"].to_pylist()]
+        assert bulk[1].to_pylist() == typed_table(plan.properties, plan.needs, records).to_pylist()
+    assert times >= {ms("2024-03-02T00:00:20Z"), ms("2024-03-01T00:00:11+01:00")}, "by _sdc_extracted_at, by time_extracted"
+    assert None in times or skip, "a record with neither has no time"
