@@ -15,7 +15,10 @@ values held (each part stores what its values need); when they change, every pub
 rewritten in that run's commit.
 
 Small streams (new stored bytes plus previous parts up to ``SMALL_STREAM_BYTES``) are projected
-in ONE Spark job, one work item per stream, with pyarrow on the executor. Larger streams run a
+in ONE Spark job, one work item per stream, with pyarrow on the executor; their new rows form parts
+of at most ``PART_ROWS`` rows. New records are read in bulk: envelopes in one decoder call, records
+by Arrow's JSON reader, typed as they are read under the types their files' column statistics give
+(``format/columnar``; record by record with ``exact`` where Arrow cannot read a value exactly). Larger streams run a
 Spark job each, incrementally too: their parts are **buckets** of keys (``crc32(_key) mod
 buckets``), so only the buckets the new records touch are rewritten, each by one executor (its
 previous part and its new rows). Both give the same rows and types.
@@ -32,6 +35,7 @@ import io
 import math
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -69,6 +73,7 @@ SMALL_STREAM_BYTES = 64 << 20  # stored (gzipped) bytes; decoded rows take sever
 BUCKET_SHARE = 8
 MIN_BUCKET_BYTES = 1 << 10
 STREAMS_PER_TASK = 16
+PART_ROWS = 1 << 18  # a small stream's new rows are parts of at most this many: an update rewrites the parts holding its keys
 THREADS_PER_TASK = 2  # a small stream's work is mostly Python (JSON, rows): more threads only hold more memory
 ARROW_BATCH_ROWS = 8192
 FORMATS = ("delta", "csv", "iceberg")
@@ -256,18 +261,19 @@ def read_new_records(storage: Storage, keys: list[str], files: list[dict], needs
     import pyarrow as pa
 
     schema = staging_schema()
-    tables, typed = [], []
-    for file in files:
+
+    def read(file: dict) -> tuple:
         bulk = bulk_staging_rows(storage, keys, needs, file, typing) if needs is not None else None
         if bulk is not None:
-            tables.append(bulk[0])
-            typed.append(bulk[1])
-            continue
-        typed.append(None)
-        rows = file_staging_rows(storage, keys, file)
+            return bulk
+        rows, tables = file_staging_rows(storage, keys, file), []
         while chunk := list(islice(rows, ARROW_BATCH_ROWS)):
             columns = zip(*chunk, strict=True)
             tables.append(pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)], schema=schema))
+        return pa.concat_tables(tables) if tables else schema.empty_table(), None
+
+    with ThreadPoolExecutor(THREADS_PER_TASK) as pool:  # gzip and Arrow's reader release the GIL
+        tables, typed = zip(*pool.map(read, files), strict=True) if files else ((), ())
     staging = pa.concat_tables(tables) if tables else schema.empty_table()
     if typing is None or None in typed:
         return staging, None
@@ -624,20 +630,26 @@ def project_on_executor(storage: Storage, item: dict) -> dict:
         else:
             kept.append(part)
     new = apply_deletes(new, activations, hard)
-    fresh.append(new)
+    if typed is not None and typed.num_rows != new.num_rows:  # hard deletes left rows out: typed again
+        typed = None
     new_needs = None if activations else item["needs"]  # the files' statistics: not the deletion times activations add
     write = functools.partial(write_staging, storage, item["staging"], properties=properties)
-    written = [(write(staging=rows, needs=new_needs if rows is new else None), rows) for rows in fresh if rows.num_rows]
-    types = run_types(kept + [part for part, _ in written] + [part for part, _ in trimmed], properties, item["types"])
+    with ThreadPoolExecutor(THREADS_PER_TASK) as pool:  # Parquet and zstd release the GIL
+        written = list(pool.map(lambda rows: (write(staging=rows, needs=None), rows, None), [t for t in fresh if t.num_rows]))
+        slices = [
+            (new.slice(start, item["part_rows"]), None if typed is None else typed.slice(start, item["part_rows"]))
+            for start in range(0, new.num_rows, item["part_rows"])
+        ]
+        written += list(pool.map(lambda rows: (write(staging=rows[0], needs=new_needs), *rows), slices))
+    types = run_types(kept + [part for part, _, _ in written] + [part for part, _ in trimmed], properties, item["types"])
     schema = schema_text(properties, types)
     overwrite = schema != item["schema"]
     publish_part = functools.partial(publish, storage, item["table"], properties=properties, types=types, csv=item["csv"])
-    if overwrite:
-        kept = [publish_part(part) for part in kept]
-    if typed is not None and (typing[1] != types or typed.num_rows != new.num_rows):  # other types, or hard deletes: typed again
-        typed = None
-    added = [publish_part(part, staging=rows, published=typed if rows is new else None) for part, rows in written]
-    added += [publish_part(part, published=None if overwrite else rows) for part, rows in trimmed]
+    same = typing is not None and typing[1] == types  # else the new rows are typed again
+    with ThreadPoolExecutor(THREADS_PER_TASK) as pool:
+        kept = list(pool.map(publish_part, kept)) if overwrite else kept
+        added = list(pool.map(lambda w: publish_part(w[0], staging=w[1], published=w[2] if same else None), written))
+        added += list(pool.map(lambda t: publish_part(t[0], published=None if overwrite else t[1]), trimmed))
     if item["csv"]:
         kept = [part if "csv" in part else write_csv_twin(storage, item["table"], part) for part in kept]
     return run_result(kept, added, replaced, overwrite, types, schema)
@@ -657,8 +669,10 @@ def run_result(kept: list[dict], added: list[dict], replaced: list[dict], overwr
     }
 
 
-def project_small_streams(lake: Lake, spark, plans: list[StreamPlan], formats: list[str], failures: Failures, progress) -> dict:
-    items = [_work_item(plan, formats) for plan in plans]
+def project_small_streams(
+    lake: Lake, spark, plans: list[StreamPlan], formats: list[str], failures: Failures, progress, part_rows: int = PART_ROWS
+) -> dict:
+    items = [_work_item(plan, formats) | {"part_rows": part_rows} for plan in plans]
     work = functools.partial(project_on_executor, lake.storage)
     options = {"items_per_task": STREAMS_PER_TASK, "threads": THREADS_PER_TASK, "sizes": [plan.bytes for plan in plans]}
     results = run_stream_items(spark, items, work, failures, progress, **options)
@@ -894,6 +908,7 @@ def project(
     stream: str | None = None,
     formats: list[str] | None = None,
     small_stream_bytes: int = SMALL_STREAM_BYTES,
+    part_rows: int = PART_ROWS,
     progress: Progress | None = None,
     failures: list[StreamFailure] | None = None,
     hard_delete: bool = False,
@@ -911,7 +926,8 @@ def project(
     plans = for_each_stream(selected_streams(lake, tap_id, stream), lambda tap, name: plan_stream(lake, tap, name, hard_delete), found)
     pending = [plan for plan in plans.values() if not plan.up_to_date]
     is_large = lambda plan: plan.bytes > small_stream_bytes or "buckets" in plan.state  # noqa: E731  (bucketed: stays large)
-    written = project_small_streams(lake, spark, [plan for plan in pending if not is_large(plan)], formats, found, progress)
+    small = [plan for plan in pending if not is_large(plan)]
+    written = project_small_streams(lake, spark, small, formats, found, progress, part_rows)
     large = {(plan.tap_id, plan.stream): plan for plan in pending if is_large(plan)}
     run_large = lambda tap, name: project_large_stream(lake, spark, large[(tap, name)], formats, small_stream_bytes)  # noqa: E731
     written |= for_each_stream(list(large), run_large, found, 1)
