@@ -54,6 +54,12 @@ def decode_envelopes(lines: bytes) -> list[Envelope] | None:
         return None
 
 
+def message_record(message: Any) -> dict:
+    """A RECORD message's record (decoded); {} when it has none or it is no object."""
+    record = message.get("record") if isinstance(message, dict) else None
+    return record if isinstance(record, dict) else {}
+
+
 def decode_envelope(line: bytes, number: int) -> Envelope:
     try:
         return _envelope.decode(line)

@@ -10,13 +10,16 @@ tell (the reader then reads that file's values, as ``exact`` always did).
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
 from decimal import Decimal
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 
 from singerlake.format.exact import Need, declared, decode, join_all, records_needs
+from singerlake.format.messages import message_record
 
+BLOCK_BYTES = 1 << 20  # a data file is read for its statistics a block of lines at a time
 PLAIN = {"integer": "long", "bool": "bool", "string": "string", "timestamp": "timestamp", "date": "date"}
 
 
@@ -57,12 +60,8 @@ def records_of(lines: bytes) -> list[dict]:
     try:
         messages = [message.record for message in _messages.decode(b"[" + text.replace(b"\n", b",") + b"]")]
     except msgspec.DecodeError:
-        messages = [_record_field(decode(line)) for line in text.split(b"\n") if line.strip()]
+        messages = [message_record(decode(line)) for line in text.split(b"\n") if line.strip()]
     return [record if isinstance(record, dict) else {} for record in messages]
-
-
-def _record_field(message: Any) -> Any:
-    return message.get("record") if isinstance(message, dict) else None
 
 
 class FileNeeds:
@@ -86,6 +85,19 @@ class FileNeeds:
         """Join a file's stored statistics (it must have ``needs``): compaction's merged files need the join of their sources'."""
         self.needs = join_all([self.needs, stored_needs(entry, self.properties)])
         self.undeclared |= set(entry.get("undeclared", ()))
+
+    def blocks(self, unzipped: BinaryIO, read: bool = True) -> Iterator[bytes]:
+        """The rest of an unzipped data file in blocks of whole lines; with ``read``, their records' needs are added on the way."""
+        while block := unzipped.read(BLOCK_BYTES):
+            block += unzipped.readline()
+            if read:
+                self.add_lines(block)
+            yield block
+
+    def add_file(self, unzipped: BinaryIO) -> None:
+        """The needs of the records of an unzipped data file read after its SCHEMA line."""
+        for _ in self.blocks(unzipped):
+            pass
 
     def add_member(self, member: bytes | memoryview) -> None:
         """A gzip member of RECORD lines (SPEC.md §4), as landing writes them."""

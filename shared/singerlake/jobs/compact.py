@@ -101,10 +101,7 @@ def merge_group(storage: Storage, compresslevel: int, item: dict) -> dict:
             if schema_line is None:
                 schema_line = first
                 parts.append(compressor.compress(first))
-            while block := unzipped.read(1 << 20):
-                if "needs" not in entry:  # a source without statistics: its records are read for them
-                    block += unzipped.readline()
-                    needs.add_lines(block)
+            for block in needs.blocks(unzipped, read="needs" not in entry):  # a source without statistics: read for them
                 parts.append(compressor.compress(block))
     parts.append(compressor.flush())
     data = b"".join(parts)

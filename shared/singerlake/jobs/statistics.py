@@ -15,8 +15,6 @@ from singerlake.lake import Lake
 from singerlake.storage import NotFound, Storage
 from singerlake.times import iso_ms, now_ms
 
-BLOCK = 1 << 20
-
 
 def missing_items(manifest: Manifest, tap_id: str, stream: str) -> list[dict]:
     """One item per file entry of the stream without ``needs``, tagged with its stream."""
@@ -33,8 +31,7 @@ def statistics_on_executor(storage: Storage, item: dict) -> dict:
     try:
         with open_data_file(storage, item["entry"]) as unzipped:
             unzipped.readline()  # the SCHEMA line
-            while block := unzipped.read(BLOCK):
-                needs.add_lines(block + unzipped.readline())
+            needs.add_file(unzipped)
     except (CorruptFile, NotFound, ValueError) as exc:
         return {"error": str(exc)}
     return {"fields": needs.fields()}

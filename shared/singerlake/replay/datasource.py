@@ -44,6 +44,7 @@ from singerlake.format.catalogue import replay_schema
 from singerlake.format.datafile import open_data_file
 from singerlake.format.exact import Need, ProjectionError, covers, decode, join_all, records_needs, typed_table
 from singerlake.format.manifest import Manifest
+from singerlake.format.messages import message_record
 from singerlake.format.needs import StatsReader
 from singerlake.format.positions import Position, already_replayed, check_bookmark, entry_runs
 from singerlake.lake import Lake
@@ -188,19 +189,14 @@ def planned_messages(storage: Storage, file: dict) -> Iterator[list[tuple[int, i
 
 def message_time(message: dict) -> int | None:
     """The record's time (SPEC.md §1); None when the message carries none of its own."""
-    return record_time_ms(message.get("time_extracted"), functools.partial(record_of(message).get, "_sdc_extracted_at"))
-
-
-def record_of(message: dict) -> dict:
-    record = message.get("record")
-    return record if isinstance(record, dict) else {}
+    return record_time_ms(message.get("time_extracted"), functools.partial(message_record(message).get, "_sdc_extracted_at"))
 
 
 def file_needs(storage: Storage, properties: dict, file: dict) -> dict[str, Need]:
     """What the values of a planned file's unread records need, per property (``exact``)."""
     needs: dict[str, Need] = {}
     for chunk in planned_messages(storage, file):
-        needs = join_all([needs, records_needs(properties, [record_of(message) for _, _, message in chunk])])
+        needs = join_all([needs, records_needs(properties, [message_record(message) for _, _, message in chunk])])
     return needs
 
 
@@ -248,7 +244,7 @@ def file_batches(
 
     target = to_arrow_schema(schema, timezone="UTC")
     for chunk in planned_messages(storage, file):
-        records = [record_of(message) for _, _, message in chunk]
+        records = [message_record(message) for _, _, message in chunk]
         if fixed:
             check_fits(properties, needs, records)
         typed = typed_table(properties, needs, records)
