@@ -167,9 +167,11 @@ def test_keys_read_in_bulk_are_the_keys_key_text_writes(ints, strings):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.one_of(times_text, st.none(), st.just(""), st.integers(0, 5)), min_size=1))
-def test_record_times_read_in_bulk_equal_parse_time_ms(values):
-    assert record_times(values).to_pylist() == [parse_time_ms(value) for value in values]
+@given(st.lists(st.one_of(times_text, st.none(), st.just(""), st.integers(0, 5), st.just(Num(""))), min_size=1), st.booleans())
+def test_record_times_read_in_bulk_equal_parse_time_ms(values, ascii_only):
+    raws = [b"" if value == Num("") else json.dumps(value, ensure_ascii=ascii_only).encode() for value in values]  # Num(""): absent
+    expected = [None if value == Num("") else parse_time_ms(value) for value in values]
+    assert record_times(raws).to_pylist() == expected
 
 
 STREAM = "things"

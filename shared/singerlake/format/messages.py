@@ -37,19 +37,27 @@ class _SdcTime(msgspec.Struct):
     extracted_at: Any = msgspec.field(default=None, name="_sdc_extracted_at")
 
 
+class RecordParts(msgspec.Struct, gc=False):
+    """What staging a RECORD line of a data file takes from it, each as its raw JSON text (absent: empty)."""
+
+    record: msgspec.Raw = msgspec.Raw(b"")
+    time_extracted: msgspec.Raw = msgspec.Raw(b"")
+    version: msgspec.Raw = msgspec.Raw(b"")
+
+
 _envelope = msgspec.json.Decoder(Envelope)
-_envelopes = msgspec.json.Decoder(list[Envelope])
+_record_parts = msgspec.json.Decoder(list[RecordParts])
 _sdc = msgspec.json.Decoder(_SdcTime)
 
 
-def decode_envelopes(lines: bytes) -> list[Envelope] | None:
-    """The envelopes of newline-terminated message lines in one decoder call (a line holds no raw
-    newline: JSON escapes it); None when one line is not a valid envelope (read them one by one to say which)."""
+def decode_record_parts(lines: bytes) -> list[RecordParts] | None:
+    """The parts of newline-terminated RECORD lines in one decoder call (a line holds no raw newline:
+    JSON escapes it); None when one line is no JSON object (``decode_envelope`` says which, line by line)."""
     text = lines.rstrip(b"\r\n")
     if not text:
         return []
     try:
-        return _envelopes.decode(b"[" + text.replace(b"\n", b",") + b"]")
+        return _record_parts.decode(b"[" + text.replace(b"\n", b",") + b"]")
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
 

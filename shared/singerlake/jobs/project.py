@@ -48,7 +48,7 @@ from singerlake.format.columnar import parse_times, read_lines, read_schema, typ
 from singerlake.format.datafile import open_data_file
 from singerlake.format.exact import decode, join, join_all, json_text, json_value, records_needs, table_schema, typed_table
 from singerlake.format.manifest import Manifest
-from singerlake.format.messages import decode_envelope, decode_envelopes
+from singerlake.format.messages import decode_envelope, decode_record_parts
 from singerlake.format.names import encode_segment
 from singerlake.format.needs import StatsReader
 from singerlake.format.positions import Position, check_bookmark
@@ -140,18 +140,17 @@ def bulk_staging_rows(storage: Storage, keys: list[str], needs: dict, file: dict
     None). None when that cannot read them exactly: ``file_staging_rows`` then reads them line by line."""
     import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     key_needs = [needs.get(name, "unknown") for name in keys]
     if not all(need is None or (isinstance(need, str) and need in KEY_READ) for need in key_needs):
         return None
-    import pyarrow.compute as pc
-
     wanted = {name: pa.type_for_alias(KEY_READ[need]) for name, need in zip(keys, key_needs, strict=True)}
     with open_data_file(storage, file["entry"]) as unzipped:
         unzipped.readline()  # the SCHEMA line
-        envelopes = decode_envelopes(unzipped.read())
+        envelopes = decode_record_parts(unzipped.read())
     runs = file["runs"]
-    if envelopes is None or len(envelopes) != sum(count for _, _, count in runs):
+    if not envelopes or len(envelopes) != sum(count for _, _, count in runs):
         return None
     end = file.get("take", len(envelopes))  # a streaming micro-batch ends inside this file
     envelopes = envelopes[file["skip"] : end]
@@ -168,7 +167,7 @@ def bulk_staging_rows(storage: Storage, keys: list[str], needs: dict, file: dict
     if read is None:
         return None
     if times.null_count:
-        times = pc.coalesce(times, record_times(read["_sdc_extracted_at"].to_pylist()))
+        times = pc.coalesce(times, times_ms(read["_sdc_extracted_at"]))
     key = key_texts([read[name] for name in keys]) if keys else pa.nulls(len(records), pa.string())
     if key is None:
         return None
@@ -179,7 +178,7 @@ def bulk_staging_rows(storage: Storage, keys: list[str], needs: dict, file: dict
         "_singerlake_version": pa.array([file["version"]] * len(records), pa.string()),
         "_singerlake_time": times,
         "_record": texts,
-        "_singerlake_table_version": pa.array([table_version(envelope.version) for envelope in envelopes], pa.int64()),
+        "_singerlake_table_version": table_versions([envelope.version for envelope in envelopes]),
         "_singerlake_deleted_at": pa.nulls(len(records), pa.string()),
     }
     return pa.table(columns, schema=staging_schema()), typed
@@ -192,7 +191,7 @@ def read_records(lines: bytes, count: int, wanted: dict, typing: tuple[dict, dic
     import pyarrow as pa
 
     if not count:
-        return pa.table({name: pa.array([], kind) for name, kind in wanted.items()}), None
+        return pa.table({name: pa.array([], kind) for name, kind in wanted.items()}), typing and table_schema(*typing).empty_table()
     schema = read_schema(*typing) if typing is not None else None
     if schema is not None and all(schema.field(name).type == kind for name, kind in wanted.items() if name in schema.names):
         both = pa.schema([*schema, *(pa.field(name, kind) for name, kind in wanted.items() if name not in schema.names)])
@@ -205,17 +204,49 @@ def read_records(lines: bytes, count: int, wanted: dict, typing: tuple[dict, dic
     return (read if read is not None and read.num_rows == count else None), None
 
 
-def record_times(values: list) -> Any:
-    """``parse_time_ms`` of each value, as an Arrow array (null: no time)."""
+def record_times(raws: list) -> Any:
+    """``parse_time_ms`` of each time given as its JSON text (``time_extracted``), as an Arrow array
+    (null: no time). A JSON string without escapes is read by Arrow, any other text decoded first."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    try:
-        strings = pa.array(values, pa.string())
-    except (pa.ArrowInvalid, pa.ArrowTypeError):  # not all texts: none of those is a time
-        return pa.array([parse_time_ms(value) for value in values], pa.int64())
+    texts = string_array(raws)
+    if texts is None:
+        return pa.array([parse_time_ms(decode(bytes(raw))) if raw else None for raw in raws], pa.int64())
+    plain = pc.match_substring_regex(texts, r'^"[^"\\]*"$')
+    ms = times_ms(pc.if_else(plain, pc.utf8_slice_codeunits(texts, 1, -1), pa.scalar(None, pa.string())))
+    if pc.all(pc.fill_null(plain, False)).as_py():
+        return ms
+    values = ms.to_pylist()
+    for index, flag in enumerate(plain.to_pylist()):
+        if not flag and bytes(raws[index]) not in (b"", b"null"):
+            values[index] = parse_time_ms(decode(bytes(raws[index])))
+    return pa.array(values, pa.int64())
+
+
+def times_ms(strings) -> Any:
+    """``parse_time_ms`` of each text of an Arrow string array (null: no time)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     micros = pc.cast(parse_times(strings, "timestamp"), pa.int64())
     return pc.if_else(pc.less(micros, 0), pa.scalar(None, pa.int64()), pc.divide(micros, 1000))  # ms >= 0 only: floor
+
+
+def table_versions(raws: list) -> Any:
+    """``table_version`` of each RECORD's ``version`` given as its JSON text (most records have none or the same)."""
+    import pyarrow as pa
+
+    if not any(raws):
+        return pa.nulls(len(raws), pa.int64())
+    found: dict[bytes, int | None] = {b"": None}
+    values = []
+    for raw in raws:
+        text = bytes(raw)
+        if text not in found:
+            found[text] = table_version(decode(text))
+        values.append(found[text])
+    return pa.array(values, pa.int64())
 
 
 def string_array(texts: list) -> Any:
@@ -298,16 +329,24 @@ def current_indices(table, keyed: bool):
     import pyarrow.compute as pc
 
     rows = pa.array(range(table.num_rows), pa.int64())
-    if keyed and table.num_rows:
+    if keyed and table.num_rows and pc.count_distinct(table["_key"]).as_py() < table.num_rows:  # else every row is current
         time = pc.fill_null(table["_singerlake_time"], NO_TIME)
         order = pa.table({"c": table["_singerlake_commit"], "t": time, "i": table["_singerlake_index"], "row": rows})
         ordered = order.take(pc.sort_indices(order, [("c", "ascending"), ("t", "ascending"), ("i", "ascending")]))["row"]
         ranked = pa.table({"key": table["_key"].take(ordered), "rank": rows})
         rows = ordered.take(ranked.group_by(["key"], use_threads=False).aggregate([("rank", "max")])["rank_max"])
+    if len(rows) == table.num_rows and in_position_order(table):
+        return None
     place = pa.table({"c": table["_singerlake_commit"].take(rows), "i": table["_singerlake_index"].take(rows), "row": rows})
-    rows = place.take(pc.sort_indices(place, [("c", "ascending"), ("i", "ascending")]))["row"]
-    unchanged = len(rows) == table.num_rows and pc.all(pc.equal(rows, pa.array(range(table.num_rows), pa.int64()))).as_py() is not False
-    return None if unchanged else rows
+    return place.take(pc.sort_indices(place, [("c", "ascending"), ("i", "ascending")]))["row"]
+
+
+def in_position_order(table) -> bool:
+    import numpy as np
+
+    commits, index = table["_singerlake_commit"].to_numpy(), table["_singerlake_index"].to_numpy()
+    step = (np.diff(commits) > 0) | ((np.diff(commits) == 0) & (np.diff(index) > 0))
+    return bool(step.all())
 
 
 # -- parts: a staging file and its published twin ------------------------------------------------------
