@@ -9,10 +9,12 @@ from __future__ import annotations
 import io
 import json
 import os
+import queue
 import random
 import shutil
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
@@ -59,7 +61,8 @@ def local_lake_in(directory: Path) -> LakeUnderTest:
 SPARK_COMMANDS = {"verify", "repair", "compact", "project", "sql", "docs"}
 
 
-def run_cli(lake: LakeUnderTest, *args: str, master: str = "local[2]") -> subprocess.CompletedProcess:
+def cli_args(lake: LakeUnderTest, *args: str, master: str = "local[2]") -> tuple[list[str], dict]:
+    """The CLI's arguments (after ``singerlake``) for ``args`` on ``lake``, and the environment to run it in."""
     env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true"}
     extra = []
     if isinstance(lake.storage, S3Storage):
@@ -67,8 +70,86 @@ def run_cli(lake: LakeUnderTest, *args: str, master: str = "local[2]") -> subpro
         env.update(AWS_ACCESS_KEY_ID=options["access_key_id"], AWS_SECRET_ACCESS_KEY=options["secret_access_key"])
         extra = ["--s3-endpoint-url", options["endpoint_url"], "--s3-region", options["region"]]
     spark = ["--spark-master", master] if args[0] in SPARK_COMMANDS else []  # the others take no Spark options
-    command = [CLI, args[0], lake.config["lake_root"], *extra, *spark, *args[1:]]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    return [args[0], lake.config["lake_root"], *extra, *spark, *args[1:]], env
+
+
+def run_cli(lake: LakeUnderTest, *args: str, master: str = "local[2]") -> subprocess.CompletedProcess:
+    argv, env = cli_args(lake, *args, master=master)
+    return subprocess.run([CLI, *argv], capture_output=True, text=True, timeout=600, env=env)
+
+
+# One process running the CLI's main() once per request, as the `singerlake` command does, so that commands
+# in a row share one Spark session (the session is not stopped between commands): one JVM start (and, on
+# local-cluster, one cluster start) for several commands. Output of each command comes back separately.
+CLI_SESSION = """
+import contextlib, io, json, sys
+from singerlake.cli.main import main
+
+for line in sys.stdin:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(json.loads(line))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    result = {"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+    sys.__stdout__.write("@@cli-result@@ " + json.dumps(result) + "\\n")
+    sys.__stdout__.flush()
+"""
+
+
+class CliSession:
+    """``run`` is ``run_cli`` for one lake, every command in the same process (see CLI_SESSION)."""
+
+    def __init__(self, lake: LakeUnderTest, master: str = "local[2]"):
+        self.lake, self.master = lake, master
+        _, env = cli_args(lake, "ls")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", CLI_SESSION], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        self.results: queue.Queue = queue.Queue()
+        self.stderr: list[str] = []
+        threading.Thread(target=self._gather, daemon=True).start()
+        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
+
+    def _gather(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith("@@cli-result@@ "):
+                self.results.put(json.loads(line.split(" ", 1)[1]))
+        self.results.put(None)  # the process ended
+
+    def run(self, *args: str) -> subprocess.CompletedProcess:
+        argv, _ = cli_args(self.lake, *args, master=self.master)
+        self.proc.stdin.write(json.dumps(argv) + "\n")
+        self.proc.stdin.flush()
+        try:
+            result = self.results.get(timeout=600)
+        except queue.Empty:
+            result = None
+        assert result is not None, f"singerlake {args[0]}: no answer; stderr:\n{''.join(self.stderr)[-3000:]}"
+        return subprocess.CompletedProcess([CLI, *argv], result["returncode"], result["stdout"], result["stderr"])
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def cli_session():
+    """``cli_session(lake, master=...)``: a CliSession, closed after the test."""
+    sessions: list[CliSession] = []
+
+    def start(lake: LakeUnderTest, master: str = "local[2]") -> CliSession:
+        sessions.append(CliSession(lake, master))
+        return sessions[-1]
+
+    yield start
+    for session in sessions:
+        session.close()
 
 
 def stored_lines(lake: LakeUnderTest) -> dict[str, list[bytes]]:
@@ -76,9 +157,10 @@ def stored_lines(lake: LakeUnderTest) -> dict[str, list[bytes]]:
 
 
 # -- verify ----------------------------------------------------------------------------------------
-def test_verify_is_clean_on_a_landed_lake_and_names_each_planted_fault(lake, tmp_path):
+def test_verify_is_clean_on_a_landed_lake_and_names_each_planted_fault(lake, tmp_path, cli_session):
     land(lake.config, sample_input(), batch_max_rows=10)
-    clean = run_cli(lake, "verify")
+    cli = cli_session(lake)  # both verify runs on one Spark session
+    clean = cli.run("verify")
     assert clean.returncode == 0, clean.stderr
     assert "clean" in clean.stdout
 
@@ -99,7 +181,7 @@ def test_verify_is_clean_on_a_landed_lake_and_names_each_planted_fault(lake, tmp
         lock, json.dumps({"writer-id": "w-dead", "acquired": iso_ms(0), "refreshed": iso_ms(0), "lease_seconds": 60}).encode()
     )
 
-    result = run_cli(lake, "verify", "--json")
+    result = cli.run("verify", "--json")
     assert result.returncode == 1, result.stderr
     found = {(f["kind"], f["path"]) for f in json.loads(result.stdout)["findings"]}
     assert found == {
@@ -489,13 +571,14 @@ def test_describe_shows_versions_with_a_readable_diff(local_lake):
 
 
 @pytest.mark.heavy
-def test_jobs_run_on_a_local_cluster(local_lake):
+def test_jobs_run_on_a_local_cluster(local_lake, cli_session):
     land(local_lake.config, sample_input(), batch_max_rows=5)
     before = stored_lines(local_lake)
-    compacted = run_cli(local_lake, "compact", "--json", master="local-cluster[2,1,1024]")
+    cli = cli_session(local_lake, master="local-cluster[2,1,1024]")  # one cluster start for both commands
+    compacted = cli.run("compact", "--json")
     assert compacted.returncode == 0, compacted.stderr[-3000:]
     assert sum(r["groups"] for r in json.loads(compacted.stdout)["streams"]) > 0
-    checked = run_cli(local_lake, "verify", master="local-cluster[2,1,1024]")
+    checked = cli.run("verify")
     assert checked.returncode == 0, checked.stdout + checked.stderr[-3000:]
     assert stored_lines(local_lake) == before
 
