@@ -231,7 +231,7 @@ def test_repair_of_a_lost_root_removes_the_old_roots_parts_and_verify_is_then_cl
     import singerlake.format.manifest as manifest_module
 
     monkeypatch.setattr(manifest_module, "TAIL_FILE_BYTES", 900)  # a part every few files
-    land(local_lake.config, sample_input(), batch_max_rows=2)
+    land(local_lake.config, sample_input(), batch_max_rows=4)  # users: 15 files, 8 parts sealed
     paths = StreamPaths(TAP, "users")
     old_parts = [key for key in local_lake.keys() if key.startswith(f"{paths.stream_dir}/_manifest/")]
     assert old_parts, "the landing sealed parts"
