@@ -517,14 +517,15 @@ def test_verify_repair_compact_and_project_run_as_many_spark_jobs_for_30_streams
     assert all(1 <= count <= 2 for count in many.values()), many
 
 
-def test_a_failing_stream_is_reported_by_name_and_the_others_are_compacted_and_projected(local_lake):
+def test_a_failing_stream_is_reported_by_name_and_the_others_are_compacted_and_projected(local_lake, cli_session):
     good, corrupt, invalid = many_streams_lake(local_lake, 3)
+    cli = cli_session(local_lake)  # compact and project on one Spark session
     damaged = local_lake.manifest(corrupt)["files"][1]
     data = bytearray(local_lake.read(damaged["path"]))
     data[-12] ^= 0xFF  # same size, another hash
     local_lake.storage.write(damaged["path"], bytes(data))
 
-    compacted = run_cli(local_lake, "compact", "--json")
+    compacted = cli.run("compact", "--json")
     assert compacted.returncode == 1, compacted.stderr[-3000:]
     failures = json.loads(compacted.stdout)["failures"]
     assert [(f["tap_id"], f["stream"]) for f in failures] == [(TAP, corrupt)]
@@ -534,7 +535,7 @@ def test_a_failing_stream_is_reported_by_name_and_the_others_are_compacted_and_p
     assert [len(local_lake.manifest(name)["files"]) for name in (good, corrupt, invalid)] == [1, 3, 1]
 
     local_lake.storage.write(StreamPaths(TAP, invalid).manifest, b'{"format": "singerlake-manifest"}')
-    projected = run_cli(local_lake, "project")
+    projected = cli.run("project")
     assert projected.returncode == 1, projected.stderr[-3000:]
     reported = [line for line in projected.stderr.splitlines() if line.startswith("singerlake project: failed:")]
     assert len(reported) == 2, projected.stderr[-3000:]
