@@ -9,12 +9,10 @@ from __future__ import annotations
 import io
 import json
 import os
-import queue
 import random
 import shutil
 import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
@@ -22,6 +20,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from cli_session import CliSession
 from lakes import TAP, LakeUnderTest, joined, land, local_lake_at, record_msg, schema_msg
 from singerlake import Lake
 from singerlake.format.datafile import write_data_file
@@ -78,74 +77,25 @@ def run_cli(lake: LakeUnderTest, *args: str, master: str = "local[2]") -> subpro
     return subprocess.run([CLI, *argv], capture_output=True, text=True, timeout=600, env=env)
 
 
-# One process running the CLI's main() once per request, as the `singerlake` command does, so that commands
-# in a row share one Spark session (the session is not stopped between commands): one JVM start (and, on
-# local-cluster, one cluster start) for several commands. Output of each command comes back separately.
-CLI_SESSION = """
-import contextlib, io, json, sys
-from singerlake.cli.main import main
+class LakeCli:
+    """``run`` is ``run_cli`` on one lake, every command in one CliSession (one Spark start for them all)."""
 
-for line in sys.stdin:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(json.loads(line))
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    result = {"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
-    sys.__stdout__.write("@@cli-result@@ " + json.dumps(result) + "\\n")
-    sys.__stdout__.flush()
-"""
-
-
-class CliSession:
-    """``run`` is ``run_cli`` for one lake, every command in the same process (see CLI_SESSION)."""
-
-    def __init__(self, lake: LakeUnderTest, master: str = "local[2]"):
-        self.lake, self.master = lake, master
-        _, env = cli_args(lake, "ls")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", CLI_SESSION], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-        )
-        self.results: queue.Queue = queue.Queue()
-        self.stderr: list[str] = []
-        threading.Thread(target=self._gather, daemon=True).start()
-        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
-
-    def _gather(self) -> None:
-        for line in self.proc.stdout:
-            if line.startswith("@@cli-result@@ "):
-                self.results.put(json.loads(line.split(" ", 1)[1]))
-        self.results.put(None)  # the process ended
+    def __init__(self, session: CliSession, lake: LakeUnderTest, master: str):
+        self.session, self.lake, self.master = session, lake, master
 
     def run(self, *args: str) -> subprocess.CompletedProcess:
         argv, _ = cli_args(self.lake, *args, master=self.master)
-        self.proc.stdin.write(json.dumps(argv) + "\n")
-        self.proc.stdin.flush()
-        try:
-            result = self.results.get(timeout=600)
-        except queue.Empty:
-            result = None
-        assert result is not None, f"singerlake {args[0]}: no answer; stderr:\n{''.join(self.stderr)[-3000:]}"
-        return subprocess.CompletedProcess([CLI, *argv], result["returncode"], result["stdout"], result["stderr"])
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=600)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        return self.session.run(*argv)
 
 
 @pytest.fixture
 def cli_session():
-    """``cli_session(lake, master=...)``: a CliSession, closed after the test."""
+    """``cli_session(lake, master=...)``: a LakeCli, its process ended after the test."""
     sessions: list[CliSession] = []
 
-    def start(lake: LakeUnderTest, master: str = "local[2]") -> CliSession:
-        sessions.append(CliSession(lake, master))
-        return sessions[-1]
+    def start(lake: LakeUnderTest, master: str = "local[2]") -> LakeCli:
+        sessions.append(CliSession(cli_args(lake, "ls")[1]))
+        return LakeCli(sessions[-1], lake, master)
 
     yield start
     for session in sessions:
