@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 from cli_session import CliSession
 from lakes import TAP, LakeUnderTest, joined, land, local_lake_at, record_msg, schema_msg
+from s3_servers import S3_KEYS
 from singerlake import Lake
 from singerlake.format.datafile import write_data_file
 from singerlake.format.layout import StreamPaths
@@ -88,17 +89,32 @@ class LakeCli:
         return self.session.run(*argv)
 
 
+def cli_env() -> dict:
+    """``run_cli``'s environment for any lake of these tests: every S3 server takes the same keys."""
+    keys = {"AWS_ACCESS_KEY_ID": S3_KEYS["access_key_id"], "AWS_SECRET_ACCESS_KEY": S3_KEYS["secret_access_key"]}
+    return {**os.environ, "AWS_EC2_METADATA_DISABLED": "true", **keys}
+
+
+@pytest.fixture(scope="module")
+def shared_cli():
+    """One CliSession for the module's local[2] commands, whatever their lake: one Spark start for them all."""
+    with CliSession(cli_env()) as session:
+        yield session
+
+
 @pytest.fixture
-def cli_session():
-    """``cli_session(lake, master=...)``: a LakeCli, its process ended after the test."""
-    sessions: list[CliSession] = []
+def cli_session(shared_cli):
+    """``cli_session(lake, master=...)``: a LakeCli; on local[2] the module's session, else its own (ended after the test)."""
+    own: list[CliSession] = []
 
     def start(lake: LakeUnderTest, master: str = "local[2]") -> LakeCli:
-        sessions.append(CliSession(cli_args(lake, "ls")[1]))
-        return LakeCli(sessions[-1], lake, master)
+        if master == "local[2]":
+            return LakeCli(shared_cli, lake, master)
+        own.append(CliSession(cli_env()))  # another master needs a Spark session of its own
+        return LakeCli(own[-1], lake, master)
 
     yield start
-    for session in sessions:
+    for session in own:
         session.close()
 
 
@@ -109,7 +125,7 @@ def stored_lines(lake: LakeUnderTest) -> dict[str, list[bytes]]:
 # -- verify ----------------------------------------------------------------------------------------
 def test_verify_is_clean_on_a_landed_lake_and_names_each_planted_fault(lake, tmp_path, cli_session):
     land(lake.config, sample_input(), batch_max_rows=10)
-    cli = cli_session(lake)  # both verify runs on one Spark session
+    cli = cli_session(lake)  # both verify runs on the module's Spark session
     clean = cli.run("verify")
     assert clean.returncode == 0, clean.stderr
     assert "clean" in clean.stdout
@@ -175,7 +191,7 @@ def test_repair_rebuilds_deleted_metadata_equivalently_and_the_tap_replays_the_s
     assert verify(open_lake(lake), spark) == []
 
 
-def test_repair_of_a_lost_root_removes_the_old_roots_parts_and_verify_is_then_clean(local_lake, spark, monkeypatch):
+def test_repair_of_a_lost_root_removes_the_old_roots_parts_and_verify_is_then_clean(local_lake, spark, monkeypatch, cli_session):
     """The rebuilt root names parts of its own: the lost root's parts are part of that stream's repair,
     listed by the dry run and removed by --apply, so the next verify exits 0 (issue #24)."""
     import singerlake.format.manifest as manifest_module
@@ -193,7 +209,7 @@ def test_repair_of_a_lost_root_removes_the_old_roots_parts_and_verify_is_then_cl
     repair(open_lake(local_lake), spark, apply=True)
     assert not any(local_lake.storage.exists(key) for key in old_parts)
     assert verify(open_lake(local_lake), spark) == []
-    assert run_cli(local_lake, "verify").returncode == 0
+    assert cli_session(local_lake).run("verify").returncode == 0
 
 
 def test_repair_leaves_orphans_of_a_valid_manifest_for_vacuum(local_lake, spark):
@@ -469,7 +485,7 @@ def test_verify_repair_compact_and_project_run_as_many_spark_jobs_for_30_streams
 
 def test_a_failing_stream_is_reported_by_name_and_the_others_are_compacted_and_projected(local_lake, cli_session):
     good, corrupt, invalid = many_streams_lake(local_lake, 3)
-    cli = cli_session(local_lake)  # compact and project on one Spark session
+    cli = cli_session(local_lake)  # compact and project on the module's Spark session
     damaged = local_lake.manifest(corrupt)["files"][1]
     data = bytearray(local_lake.read(damaged["path"]))
     data[-12] ^= 0xFF  # same size, another hash
