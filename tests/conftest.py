@@ -52,9 +52,26 @@ def _new_bucket(request, server: S3Server) -> tuple[str, dict]:
     client.create_bucket(Bucket=bucket)
     if server.name == "seaweedfs":
         # SeaweedFS gives each bucket a volume of its own, and a disk holds only so many: drop it
-        # (contents and all) after the test. moto's buckets are only memory.
+        # (contents and all) after the test.
         request.addfinalizer(lambda: client.delete_bucket(Bucket=bucket))
+    else:
+        # moto keeps every object of the session in its one process's memory: empty and drop the bucket
+        # after the test, so later tests do not run against an ever larger (slower to collect) heap.
+        request.addfinalizer(lambda: _empty_and_drop(client, bucket))
     return f"s3://{bucket}/some/prefix", server.options()
+
+
+def _empty_and_drop(client, bucket: str) -> None:
+    """Best effort: what a test left in its moto bucket is not part of what it checks."""
+    try:
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+        keys = [item["Key"] for page in pages for item in page.get("Contents", [])]
+        for start in range(0, len(keys), 1000):
+            chunk = [{"Key": key} for key in keys[start : start + 1000]]
+            client.delete_objects(Bucket=bucket, Delete={"Objects": chunk, "Quiet": True})
+        client.delete_bucket(Bucket=bucket)
+    except Exception as exc:  # a cleanup failure must not fail the test that used the bucket
+        print(f"conftest: could not drop moto bucket {bucket}: {exc}")
 
 
 @pytest.fixture

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 from decimal import Decimal
 from pathlib import Path
 
@@ -195,6 +197,8 @@ def test_compaction_keeps_the_statistics(tmp_path, spark):
 
 
 # -- local-cluster: no data file is read on the driver ------------------------------------------------
+# One Spark session for both loads (one local-cluster start, not two): each line on stdin loads and
+# collects the stream again, and the test changes the lake in between.
 CLUSTER_SCRIPT = """
 import json, sys
 from singerlake.replay.datasource import register
@@ -203,12 +207,20 @@ from singerlake.spark.session import spark_session
 root, log = sys.argv[1], sys.argv[2]
 spark = spark_session("local-cluster[2,1,1024]", "singerlake-column-stats")
 register(spark)
-frame = spark.read.format("singerlake").option("tap_id", "tap-test").option("stream", "things").load(root)
-types = frame.dtypes
-with open(log, "a") as handle:
-    handle.write(json.dumps({"phase": "loaded"}) + "\\n")
-rows = [row.asDict(recursive=True) for row in frame.orderBy("_singerlake_commit", "_singerlake_index").collect()]
-print(json.dumps({"types": types, "rows": rows}, default=str))
+
+
+def mark(phase):
+    with open(log, "a") as handle:
+        handle.write(json.dumps({"phase": phase}) + "\\n")
+
+
+for _ in sys.stdin:
+    frame = spark.read.format("singerlake").option("tap_id", "tap-test").option("stream", "things").load(root)
+    types = frame.dtypes
+    mark("loaded")
+    rows = [row.asDict(recursive=True) for row in frame.orderBy("_singerlake_commit", "_singerlake_index").collect()]
+    mark("collected")
+    print(json.dumps({"types": types, "rows": rows}, default=str), flush=True)
 spark.stop()
 """
 
@@ -217,17 +229,50 @@ def nearest_jvm(entry: dict) -> str:
     return next(p["cmdline"] for p in entry["ancestry"][1:] if p["cmdline"].split(" ", 1)[0].endswith("/java"))
 
 
-def cluster_read(tmp_path: Path, root: str) -> tuple[dict, list[dict], list[dict]]:
-    """Load and collect the stream on local-cluster; the result, and the data-file reads before and after loading."""
-    probe = write_probe(tmp_path / "probe", "SINGERLAKE_TEST_READ_LOG", ("read", "open_read"))
-    log = tmp_path / f"reads-{len(list(tmp_path.glob('reads-*')))}.jsonl"
-    env = {**os.environ, "SINGERLAKE_TEST_READ_LOG": str(log)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(probe), env.get("PYTHONPATH")]))
-    run = subprocess.run([sys.executable, "-c", CLUSTER_SCRIPT, root, str(log)], env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    lines = [json.loads(line) for line in log.read_text().splitlines()]
-    cut = lines.index({"phase": "loaded"})
-    return json.loads(run.stdout.strip().splitlines()[-1]), lines[:cut], lines[cut + 1 :]
+class ClusterReader:
+    """A process with one local-cluster Spark session; each ``read`` loads and collects the stream anew."""
+
+    def __init__(self, tmp_path: Path, root: str):
+        probe = write_probe(tmp_path / "probe", "SINGERLAKE_TEST_READ_LOG", ("read", "open_read"))
+        self.log, self.stderr, self.seen = tmp_path / "reads.jsonl", tmp_path / "cluster.stderr", 0
+        env = {**os.environ, "SINGERLAKE_TEST_READ_LOG": str(self.log)}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(probe), env.get("PYTHONPATH")]))
+        with open(self.stderr, "wb") as err:
+            command = [sys.executable, "-c", CLUSTER_SCRIPT, root, str(self.log)]
+            self.proc = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
+        self.results: queue.Queue = queue.Queue()
+        threading.Thread(target=self._gather, daemon=True).start()
+
+    def _gather(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.results.put(json.loads(line))
+        self.results.put(None)  # the process ended
+
+    def read(self) -> tuple[dict, list[dict], list[dict]]:
+        """Load and collect the stream; the result, and the data-file reads before and after loading."""
+        self.proc.stdin.write("load\n")
+        self.proc.stdin.flush()
+        try:
+            result = self.results.get(timeout=600)
+        except queue.Empty:
+            result = None
+        assert result is not None, self.stderr.read_text(errors="replace")[-3000:]
+        lines = [json.loads(line) for line in self.log.read_text().splitlines()][self.seen :]
+        self.seen += len(lines)
+        cut, end = lines.index({"phase": "loaded"}), lines.index({"phase": "collected"})
+        assert end == len(lines) - 1, "no read after the collect"
+        return result, lines[:cut], lines[cut + 1 : end]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=600)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        assert self.proc.returncode == 0, self.stderr.read_text(errors="replace")[-3000:]
 
 
 @pytest.mark.heavy
@@ -236,18 +281,22 @@ def test_on_local_cluster_loading_the_data_source_reads_no_data_file_on_the_driv
     land(lake_ut.config, things_input(), batch_max_rows=15)
     lake = Lake(lake_ut.storage)
     files = len(lake.manifest(TAP, STREAM).files)
-    result, loading, collecting = cluster_read(tmp_path, lake_ut.config["lake_root"])
-    assert loading == [], f"loading read data files: {[r['key'] for r in loading]}"
-    assert len({r["key"] for r in collecting}) == files, "the executors read every file"
-    assert all("CoarseGrainedExecutorBackend" in nearest_jvm(r) for r in collecting), "only executors read data files"
-    types = dict(map(tuple, result["types"]))
-    assert types["big"] == "decimal(30,0)" and types["payload"] == "string" and types["id"] == "bigint"
-    assert types["nested"] == "struct<a:bigint,b:array<decimal(3,1)>>" and types["when"] == "timestamp"
-    rows = result["rows"]
-    assert len(rows) == 40 and rows[0]["big"] == "123456789012345678901234567890" and rows[3]["nested"]["b"] == ["1.5", "3.0"]
-    # The control: without statistics, the same load reads every file on the driver (the probe sees it).
-    strip_needs(lake)
-    again, loading, _ = cluster_read(tmp_path, lake_ut.config["lake_root"])
-    assert len({r["key"] for r in loading}) == files
-    assert not any("CoarseGrainedExecutorBackend" in nearest_jvm(r) for r in loading)
-    assert again == result
+    reader = ClusterReader(tmp_path, lake_ut.config["lake_root"])
+    try:
+        result, loading, collecting = reader.read()
+        assert loading == [], f"loading read data files: {[r['key'] for r in loading]}"
+        assert len({r["key"] for r in collecting}) == files, "the executors read every file"
+        assert all("CoarseGrainedExecutorBackend" in nearest_jvm(r) for r in collecting), "only executors read data files"
+        types = dict(map(tuple, result["types"]))
+        assert types["big"] == "decimal(30,0)" and types["payload"] == "string" and types["id"] == "bigint"
+        assert types["nested"] == "struct<a:bigint,b:array<decimal(3,1)>>" and types["when"] == "timestamp"
+        rows = result["rows"]
+        assert len(rows) == 40 and rows[0]["big"] == "123456789012345678901234567890" and rows[3]["nested"]["b"] == ["1.5", "3.0"]
+        # The control: without statistics, the same load reads every file on the driver (the probe sees it).
+        strip_needs(lake)
+        again, loading, _ = reader.read()
+        assert len({r["key"] for r in loading}) == files
+        assert not any("CoarseGrainedExecutorBackend" in nearest_jvm(r) for r in loading)
+        assert again == result
+    finally:
+        reader.close()

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_session import CliSession
 from singerlake.files import index, layout
 from singerlake.lake import Lake
 
@@ -37,16 +38,17 @@ def test_ls_and_verify_with_hashes_over_a_lake_of_pushed_files(pushed):
     info = json.loads(listed.stdout)["files"]["app-log"]
     assert (info["files"], info["wheres"], info["first_day"], info["last_day"]) == (3, ["web02"], "2024-03-02", "2024-03-03")
 
-    clean = _run("verify", root)
-    assert clean.returncode == 0 and "clean" in clean.stdout, clean.stdout + clean.stderr
-    victim = lake.find_files("app-log", start="2024-03-03")[0]
-    path = os.path.join(root, *victim["key"].split("/"))
-    data = bytearray(open(path, "rb").read())
-    data[10] ^= 0xFF
-    with open(path, "wb") as handle:
-        handle.write(bytes(data))
-    dirty = _run("verify", root)
-    assert dirty.returncode == 1 and f"hash_mismatch: {victim['key']}" in dirty.stdout, dirty.stdout
+    with CliSession() as cli:  # both verify runs (hashes, on Spark) on one Spark session
+        clean = cli.run("verify", root)
+        assert clean.returncode == 0 and "clean" in clean.stdout, clean.stdout + clean.stderr
+        victim = lake.find_files("app-log", start="2024-03-03")[0]
+        path = os.path.join(root, *victim["key"].split("/"))
+        data = bytearray(open(path, "rb").read())
+        data[10] ^= 0xFF
+        with open(path, "wb") as handle:
+            handle.write(bytes(data))
+        dirty = cli.run("verify", root)
+        assert dirty.returncode == 1 and f"hash_mismatch: {victim['key']}" in dirty.stdout, dirty.stdout
 
 
 def test_repair_restores_lost_pointers_and_record_files_from_the_committed_segments(pushed):

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from cli_session import CliSession
 from lakes import TAP, LakeUnderTest, joined, land, local_lake_at, record_msg, schema_msg
+from s3_servers import S3_KEYS
 from singerlake import Lake
 from singerlake.format.datafile import write_data_file
 from singerlake.format.layout import StreamPaths
@@ -59,7 +61,8 @@ def local_lake_in(directory: Path) -> LakeUnderTest:
 SPARK_COMMANDS = {"verify", "repair", "compact", "project", "sql", "docs"}
 
 
-def run_cli(lake: LakeUnderTest, *args: str, master: str = "local[2]") -> subprocess.CompletedProcess:
+def cli_args(lake: LakeUnderTest, *args: str, master: str = "local[2]") -> tuple[list[str], dict]:
+    """The CLI's arguments (after ``singerlake``) for ``args`` on ``lake``, and the environment to run it in."""
     env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true"}
     extra = []
     if isinstance(lake.storage, S3Storage):
@@ -67,8 +70,52 @@ def run_cli(lake: LakeUnderTest, *args: str, master: str = "local[2]") -> subpro
         env.update(AWS_ACCESS_KEY_ID=options["access_key_id"], AWS_SECRET_ACCESS_KEY=options["secret_access_key"])
         extra = ["--s3-endpoint-url", options["endpoint_url"], "--s3-region", options["region"]]
     spark = ["--spark-master", master] if args[0] in SPARK_COMMANDS else []  # the others take no Spark options
-    command = [CLI, args[0], lake.config["lake_root"], *extra, *spark, *args[1:]]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    return [args[0], lake.config["lake_root"], *extra, *spark, *args[1:]], env
+
+
+def run_cli(lake: LakeUnderTest, *args: str, master: str = "local[2]") -> subprocess.CompletedProcess:
+    argv, env = cli_args(lake, *args, master=master)
+    return subprocess.run([CLI, *argv], capture_output=True, text=True, timeout=600, env=env)
+
+
+class LakeCli:
+    """``run`` is ``run_cli`` on one lake, every command in one CliSession (one Spark start for them all)."""
+
+    def __init__(self, session: CliSession, lake: LakeUnderTest, master: str):
+        self.session, self.lake, self.master = session, lake, master
+
+    def run(self, *args: str) -> subprocess.CompletedProcess:
+        argv, _ = cli_args(self.lake, *args, master=self.master)
+        return self.session.run(*argv)
+
+
+def cli_env() -> dict:
+    """``run_cli``'s environment for any lake of these tests: every S3 server takes the same keys."""
+    keys = {"AWS_ACCESS_KEY_ID": S3_KEYS["access_key_id"], "AWS_SECRET_ACCESS_KEY": S3_KEYS["secret_access_key"]}
+    return {**os.environ, "AWS_EC2_METADATA_DISABLED": "true", **keys}
+
+
+@pytest.fixture(scope="module")
+def shared_cli():
+    """One CliSession for the module's local[2] commands, whatever their lake: one Spark start for them all."""
+    with CliSession(cli_env()) as session:
+        yield session
+
+
+@pytest.fixture
+def cli_session(shared_cli):
+    """``cli_session(lake, master=...)``: a LakeCli; on local[2] the module's session, else its own (ended after the test)."""
+    own: list[CliSession] = []
+
+    def start(lake: LakeUnderTest, master: str = "local[2]") -> LakeCli:
+        if master == "local[2]":
+            return LakeCli(shared_cli, lake, master)
+        own.append(CliSession(cli_env()))  # another master needs a Spark session of its own
+        return LakeCli(own[-1], lake, master)
+
+    yield start
+    for session in own:
+        session.close()
 
 
 def stored_lines(lake: LakeUnderTest) -> dict[str, list[bytes]]:
@@ -76,9 +123,10 @@ def stored_lines(lake: LakeUnderTest) -> dict[str, list[bytes]]:
 
 
 # -- verify ----------------------------------------------------------------------------------------
-def test_verify_is_clean_on_a_landed_lake_and_names_each_planted_fault(lake, tmp_path):
+def test_verify_is_clean_on_a_landed_lake_and_names_each_planted_fault(lake, tmp_path, cli_session):
     land(lake.config, sample_input(), batch_max_rows=10)
-    clean = run_cli(lake, "verify")
+    cli = cli_session(lake)  # both verify runs on the module's Spark session
+    clean = cli.run("verify")
     assert clean.returncode == 0, clean.stderr
     assert "clean" in clean.stdout
 
@@ -99,7 +147,7 @@ def test_verify_is_clean_on_a_landed_lake_and_names_each_planted_fault(lake, tmp
         lock, json.dumps({"writer-id": "w-dead", "acquired": iso_ms(0), "refreshed": iso_ms(0), "lease_seconds": 60}).encode()
     )
 
-    result = run_cli(lake, "verify", "--json")
+    result = cli.run("verify", "--json")
     assert result.returncode == 1, result.stderr
     found = {(f["kind"], f["path"]) for f in json.loads(result.stdout)["findings"]}
     assert found == {
@@ -143,13 +191,13 @@ def test_repair_rebuilds_deleted_metadata_equivalently_and_the_tap_replays_the_s
     assert verify(open_lake(lake), spark) == []
 
 
-def test_repair_of_a_lost_root_removes_the_old_roots_parts_and_verify_is_then_clean(local_lake, spark, monkeypatch):
+def test_repair_of_a_lost_root_removes_the_old_roots_parts_and_verify_is_then_clean(local_lake, spark, monkeypatch, cli_session):
     """The rebuilt root names parts of its own: the lost root's parts are part of that stream's repair,
     listed by the dry run and removed by --apply, so the next verify exits 0 (issue #24)."""
     import singerlake.format.manifest as manifest_module
 
     monkeypatch.setattr(manifest_module, "TAIL_FILE_BYTES", 900)  # a part every few files
-    land(local_lake.config, sample_input(), batch_max_rows=2)
+    land(local_lake.config, sample_input(), batch_max_rows=4)  # users: 15 files, 8 parts sealed
     paths = StreamPaths(TAP, "users")
     old_parts = [key for key in local_lake.keys() if key.startswith(f"{paths.stream_dir}/_manifest/")]
     assert old_parts, "the landing sealed parts"
@@ -161,7 +209,7 @@ def test_repair_of_a_lost_root_removes_the_old_roots_parts_and_verify_is_then_cl
     repair(open_lake(local_lake), spark, apply=True)
     assert not any(local_lake.storage.exists(key) for key in old_parts)
     assert verify(open_lake(local_lake), spark) == []
-    assert run_cli(local_lake, "verify").returncode == 0
+    assert cli_session(local_lake).run("verify").returncode == 0
 
 
 def test_repair_leaves_orphans_of_a_valid_manifest_for_vacuum(local_lake, spark):
@@ -223,11 +271,11 @@ def small_files_stream(lake: LakeUnderTest, files: int, per_file: int) -> list[b
 
 
 # More than 1000, so an S3 listing of the stream's files (compaction's, vacuum's) takes more than one page;
-# the bookmark after the 700th file lands inside a merged file. (2000 cost ~2.5 min on moto alone.)
-SMALL_FILES = 1200
+# the bookmark after the 700th file lands inside a merged file. (2000 cost ~2.5 min on moto alone, 1200 ~55 s.)
+SMALL_FILES = 1050
 
 
-def test_compacting_1200_small_files_keeps_replay_bookmarks_and_a_concurrent_append(lake, spark):
+def test_compacting_over_1000_small_files_keeps_replay_bookmarks_and_a_concurrent_append(lake, spark):
     lines = small_files_stream(lake, files=SMALL_FILES, per_file=50)
     config = {**lake.config, "streams": ["events"]}
     bookmark = [json.loads(m)["value"] for m in of_type(replay(config), "STATE")][699]  # after the 700th file
@@ -435,14 +483,15 @@ def test_verify_repair_compact_and_project_run_as_many_spark_jobs_for_30_streams
     assert all(1 <= count <= 2 for count in many.values()), many
 
 
-def test_a_failing_stream_is_reported_by_name_and_the_others_are_compacted_and_projected(local_lake):
+def test_a_failing_stream_is_reported_by_name_and_the_others_are_compacted_and_projected(local_lake, cli_session):
     good, corrupt, invalid = many_streams_lake(local_lake, 3)
+    cli = cli_session(local_lake)  # compact and project on the module's Spark session
     damaged = local_lake.manifest(corrupt)["files"][1]
     data = bytearray(local_lake.read(damaged["path"]))
     data[-12] ^= 0xFF  # same size, another hash
     local_lake.storage.write(damaged["path"], bytes(data))
 
-    compacted = run_cli(local_lake, "compact", "--json")
+    compacted = cli.run("compact", "--json")
     assert compacted.returncode == 1, compacted.stderr[-3000:]
     failures = json.loads(compacted.stdout)["failures"]
     assert [(f["tap_id"], f["stream"]) for f in failures] == [(TAP, corrupt)]
@@ -452,7 +501,7 @@ def test_a_failing_stream_is_reported_by_name_and_the_others_are_compacted_and_p
     assert [len(local_lake.manifest(name)["files"]) for name in (good, corrupt, invalid)] == [1, 3, 1]
 
     local_lake.storage.write(StreamPaths(TAP, invalid).manifest, b'{"format": "singerlake-manifest"}')
-    projected = run_cli(local_lake, "project")
+    projected = cli.run("project")
     assert projected.returncode == 1, projected.stderr[-3000:]
     reported = [line for line in projected.stderr.splitlines() if line.startswith("singerlake project: failed:")]
     assert len(reported) == 2, projected.stderr[-3000:]
@@ -489,13 +538,14 @@ def test_describe_shows_versions_with_a_readable_diff(local_lake):
 
 
 @pytest.mark.heavy
-def test_jobs_run_on_a_local_cluster(local_lake):
+def test_jobs_run_on_a_local_cluster(local_lake, cli_session):
     land(local_lake.config, sample_input(), batch_max_rows=5)
     before = stored_lines(local_lake)
-    compacted = run_cli(local_lake, "compact", "--json", master="local-cluster[2,1,1024]")
+    cli = cli_session(local_lake, master="local-cluster[2,1,1024]")  # one cluster start for both commands
+    compacted = cli.run("compact", "--json")
     assert compacted.returncode == 0, compacted.stderr[-3000:]
     assert sum(r["groups"] for r in json.loads(compacted.stdout)["streams"]) > 0
-    checked = run_cli(local_lake, "verify", master="local-cluster[2,1,1024]")
+    checked = cli.run("verify")
     assert checked.returncode == 0, checked.stdout + checked.stderr[-3000:]
     assert stored_lines(local_lake) == before
 

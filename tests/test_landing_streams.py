@@ -29,6 +29,8 @@ from test_target_cluster import CLUSTER, nearest_jvm, probed_env, writers
 from test_target_crash import run_to_end
 
 SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}}
+# Streams per batch in the request-counting tests: several times any storage's commit pool (S3: 32 threads).
+PARALLEL_STREAMS = 100
 REQUESTS = ("read", "write", "delete", "list", "list_dirs", "open_read", "read_etag", "exists", "root_exists")
 
 
@@ -122,10 +124,11 @@ def count_requests(target: TargetSingerlake) -> tuple[CountingStorage, list[int]
 
 
 def test_a_warm_batch_costs_one_storage_request_per_stream(lake):
-    """Second batch on 300 streams whose writers are registered: one conditional write of each manifest,
+    """Second batch on 100 streams whose writers are registered: one conditional write of each manifest,
     against the version the writer wrote last (no read: nobody else wrote since), nothing else.
-    (A third, the last, follows: the last batch also releases each stream's lock once committed.)"""
-    streams = 300
+    (A third, the last, follows: the last batch also releases each stream's lock once committed.)
+    100 streams: three times the commit pool of S3 storage (32 threads), so commits still queue on it."""
+    streams = PARALLEL_STREAMS
     lines, sent = many_streams(streams=streams, records_per_batch=2, batches=3)
     target = cut_at_each_state(lake)
     counting, marks = count_requests(target)
@@ -152,12 +155,12 @@ def kind_of(key: str) -> str:
 
 
 def test_a_first_batch_on_new_streams_costs_four_storage_requests_per_stream(lake):
-    """First batch of a new tap on 300 new streams (SPEC.md §10): per stream a create-only lock, a
+    """First batch of a new tap on 100 new streams (SPEC.md §10): per stream a create-only lock, a
     create-only manifest (registration: no read, no scan), the commit (If-Match) and the lock's
     release (in the last batch, as soon as the stream is committed); per run one listing of the tap's
     streams, and the catalogue and singerlake.json (read, rebuilt from a listing since neither
     exists yet, written). Data files are written by executors."""
-    streams = 300
+    streams = PARALLEL_STREAMS
     lines, sent = many_streams(streams=streams, records_per_batch=2, batches=1)
     target = cut_at_each_state(lake, max_batch_age_seconds=300)  # one batch, cut by the end of input: the last
     counting, marks = count_requests(target)

@@ -13,8 +13,9 @@ import termios
 import threading
 
 import pytest
+from cli_session import CliSession
 from lakes import LakeUnderTest, joined, land, local_lake_at, record_msg, schema_msg
-from test_lake_jobs import CLI, run_cli
+from test_lake_jobs import CLI
 
 USER = {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}}
 ERROR = "singerlake sql: error:"
@@ -23,20 +24,31 @@ GUARD_S = 600  # only so that a hung shell cannot hang the run (as run_cli's tim
 
 
 @pytest.fixture(scope="module")
-def lake(tmp_path_factory) -> LakeUnderTest:
+def cli():
+    """The module's CLI commands that run Spark, in one process on one Spark session (tests/cli_session.py):
+    the projection, then each piped `sql` with its own stdin, options, exit code and output."""
+    with CliSession() as session:
+        yield session
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory, cli) -> LakeUnderTest:
     """users: 24 rows; public.orders: 3 rows; both projected (by the CLI: no Spark in this process)."""
     lake = local_lake_at(tmp_path_factory.mktemp("shell"))
     users = [record_msg("users", {"id": n, "name": f"user {n}"}) for n in range(24)]
     orders = [record_msg("public.orders", {"id": n, "name": f"order {n}"}) for n in range(3)]
     land(lake.config, joined([schema_msg("users", USER, ["id"]), *users, schema_msg("public.orders", USER, ["id"]), *orders]))
-    projected = run_cli(lake, "project")
+    projected = cli.run("project", lake.config["lake_root"], "--spark-master", "local[2]")
     assert projected.returncode == 0, projected.stderr[-3000:]
     return lake
 
 
-def piped(lake: LakeUnderTest, text: str, *options: str) -> subprocess.CompletedProcess:
-    command = [CLI, "sql", lake.config["lake_root"], "--spark-master", "local[2]", *options]
-    return subprocess.run(command, input=text, capture_output=True, text=True, timeout=GUARD_S)
+def piped(lake: LakeUnderTest, text: str, *options: str, cli: CliSession | None = None) -> subprocess.CompletedProcess:
+    """`singerlake sql ROOT` with ``text`` on a stdin that is no terminal: in ``cli``, or as a process of its own."""
+    args = ["sql", lake.config["lake_root"], "--spark-master", "local[2]", *options]
+    if cli is not None:
+        return cli.run(*args, input=text)
+    return subprocess.run([CLI, *args], input=text, capture_output=True, text=True, timeout=GUARD_S)
 
 
 def errors(stderr: str) -> list[str]:
@@ -44,11 +56,11 @@ def errors(stderr: str) -> list[str]:
 
 
 # -- piped ------------------------------------------------------------------------------------------
-def test_piped_statements_run_in_turn_and_a_failed_one_is_one_line_naming_its_number(lake):
+def test_piped_statements_run_in_turn_and_a_failed_one_is_one_line_naming_its_number(lake, cli):
     script = (
         "select count(*) as n from users;\nselect nope\n  from users;\nselect name from `public.orders`\n where id = 2 -- the last; one\n;"
     )
-    out = piped(lake, script)
+    out = piped(lake, script, cli=cli)
     assert out.returncode == 1, out.stderr[-3000:]
     assert out.stdout.splitlines() == ["n", "--", "24", "(1 row)", "", "name", "-------", "order 2", "(1 row)"], out.stdout
     [error] = errors(out.stderr)
@@ -58,9 +70,9 @@ def test_piped_statements_run_in_turn_and_a_failed_one_is_one_line_naming_its_nu
     assert "singerlake>" not in out.stdout + out.stderr  # no prompt when stdin is no terminal
 
 
-def test_piped_statements_as_json_all_run_exit_0_and_quit_stops_reading(lake):
+def test_piped_statements_as_json_all_run_exit_0_and_quit_stops_reading(lake, cli):
     script = "select id, name from users where id < 2 order by id;\n\n-- a comment; not one\nselect 'a;b' as `x;y`;\n.quit\nselect 1;"
-    out = piped(lake, script, "--json")
+    out = piped(lake, script, "--json", cli=cli)
     assert out.returncode == 0 and errors(out.stderr) == [], out.stderr[-3000:]
     decoder, results, at = json.JSONDecoder(), [], 0
     while at < len(out.stdout.rstrip()):
@@ -70,8 +82,8 @@ def test_piped_statements_as_json_all_run_exit_0_and_quit_stops_reading(lake):
     assert results == [[{"id": 0, "name": "user 0"}, {"id": 1, "name": "user 1"}], [{"x;y": "a;b"}]], out.stdout
 
 
-def test_piped_csv_lists_tables_and_describes_one(lake):
-    out = piped(lake, ".tables\n\\d public.orders\nselect max(id) as top, count(*) as n from `public.orders`", "--csv")
+def test_piped_csv_lists_tables_and_describes_one(lake, cli):
+    out = piped(lake, ".tables\n\\d public.orders\nselect max(id) as top, count(*) as n from `public.orders`", "--csv", cli=cli)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split("\n\n") == [
         "table,holds\npublic.orders,current rows\nusers,current rows",
