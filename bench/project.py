@@ -24,7 +24,7 @@ Python task (bench/streams.py). One markdown table: the best of --repeat and the
 of wall time and peak RSS, ratios to DuckDB's best, the issue's goals beside singerlake's rows
 (peak RSS: 1.5 GB = 1,431 MiB).
 
-Usage: python bench/project.py [--records 1000000,10000000] [--streams 300x200] [--repeat 3]
+Usage: python bench/project.py [--records 1000000,10000000] [--streams 300x200] [--repeat 3] [--landed DIR]
        python bench/project.py --peer duckdb|pyspark PLAN OUT   (one peer's run, invoked by the bench)
 """
 
@@ -108,6 +108,16 @@ def pyspark_peer(plan: list, out: Path) -> None:
     spark.stop()
 
 
+def landed_once(lake: Path, source: Path, work: Path) -> Path:
+    """``source`` landed in ``lake``, unless a previous run finished landing it there (its marker file exists)."""
+    done = lake.with_name(lake.name + ".landed")
+    if not done.exists():
+        shutil.rmtree(lake, ignore_errors=True)
+        land(lake, source, work)
+        done.touch()
+    return lake
+
+
 def raw_mib(lake: Path) -> float:
     return sum(path.stat().st_size for path in lake.rglob("*.singer.gz")) / 2**20
 
@@ -164,6 +174,7 @@ def main() -> None:
     parser.add_argument("--records", type=lambda text: [int(n) for n in text.split(",") if n.strip()], default=[1_000_000])
     parser.add_argument("--streams", type=parse_shape, default="300x200", help="STREAMSxRECORDS, '' for none")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--landed", type=Path, help="keep the landed inputs in this folder and reuse them in later runs (landing 10M takes ~15 min)")
     parser.add_argument("--peer", nargs=3, metavar=("duckdb|pyspark", "PLAN", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peer:
@@ -176,16 +187,15 @@ def main() -> None:
         cases: dict[str, dict[str, list[Measurement]]] = {}
         meta: dict[str, tuple[str, int]] = {"baseline": ("baseline", 0)}
         inputs = []  # (first case, case after updates or None, landed lake, updates or None)
+        keep = args.landed or work
         for records in args.records:
-            landed = work / f"users-{records}"
-            land(landed, users_file(records), work)
+            landed = landed_once(keep / f"users-{records}", users_file(records), work)
             first = f"users × {records:,} ({raw_mib(landed):.1f} MiB raw), first projection"
             after = f"users × {records:,}, after 10 updated keys"
             meta |= {first: ("first", records), after: ("update", records)}
             inputs.append((first, after, landed, updates(users_file(records), 10, work / f"updates-{records}.jsonl")))
         if args.streams:
-            landed = work / args.streams.key
-            land(landed, streams.singer_file(args.streams), work)
+            landed = landed_once(keep / args.streams.key, streams.singer_file(args.streams), work)
             first = f"{args.streams.label} ({raw_mib(landed):.1f} MiB raw), first projection"
             meta[first] = ("streams", args.streams.total)
             inputs.append((first, None, landed, None))
