@@ -46,20 +46,22 @@ class RecordParts(msgspec.Struct, gc=False):
 
 
 _envelope = msgspec.json.Decoder(Envelope)
-_record_parts = msgspec.json.Decoder(list[RecordParts])
+_record_parts = msgspec.json.Decoder(RecordParts)
 _sdc = msgspec.json.Decoder(_SdcTime)
 
 
 def decode_record_parts(lines: bytes) -> list[RecordParts] | None:
     """The parts of newline-terminated RECORD lines in one decoder call (a line holds no raw newline:
-    JSON escapes it); None when one line is no JSON object (``decode_envelope`` says which, line by line)."""
+    JSON escapes it); None when one line is no JSON object, or blank, or holds more than one value
+    (``decode_envelope`` says which, line by line)."""
     text = lines.rstrip(b"\r\n")
     if not text:
         return []
     try:
-        return _record_parts.decode(b"[" + text.replace(b"\n", b",") + b"]")
+        parts = _record_parts.decode_lines(text)
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
+    return parts if len(parts) == text.count(b"\n") + 1 and b"\n\n" not in text else None
 
 
 def message_record(message: Any) -> dict:

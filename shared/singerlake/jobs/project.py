@@ -377,7 +377,7 @@ def project_on_executor(storage: Storage, item: dict) -> dict:
     rows = current_indices(read, keyed)
     new = read if rows is None else read.take(rows)
     typed = typed if typed is None or rows is None else typed.take(rows)
-    updated = pa.array(set(new["_key"].to_pylist()) if keyed else [], pa.string())
+    updated = pc.unique(new["_key"]) if keyed and item["parts"] else pa.array([], pa.string())
     kept, replaced, fresh, trimmed = [], [], [], []
     for part in item["parts"]:
         if len(updated) and pc.any(pc.is_in(read_parquet(storage, part["staging"], ["_key"])["_key"], value_set=updated)).as_py():
