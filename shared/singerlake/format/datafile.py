@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import tempfile
@@ -11,6 +10,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO
+
+from isal import igzip, isal_zlib
 
 from singerlake.errors import SingerlakeError
 from singerlake.format.layout import StreamPaths
@@ -46,16 +47,16 @@ def encode(lines: Iterable[bytes], compresslevel: int = DEFAULT_COMPRESSLEVEL) -
     return gzip_member(b"".join(line if line.endswith(b"\n") else line + b"\n" for line in lines), compresslevel)
 
 
-# -- reading -----------------------------------------------------------------------------------------
+# -- reading: by ISA-L's gzip (isal), 2-3x zlib's speed, the same bytes --------------------------------
 
 
 def iter_lines(stream: BinaryIO, name: str) -> Iterator[bytes]:
     """Stream the lines of a data file without loading it whole."""
     try:
-        with gzip.GzipFile(fileobj=stream, mode="rb") as unzipped:
+        with igzip.GzipFile(fileobj=stream, mode="rb") as unzipped:
             reader = io.BufferedReader(unzipped, buffer_size=1 << 20)
             yield from reader
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, zlib.error, isal_zlib.error) as exc:
         raise CorruptFile(f"{name}: corrupt or truncated gzip: {exc}") from exc
 
 
@@ -103,10 +104,10 @@ def _is_local_file(source: BinaryIO) -> bool:
 def open_data_file(storage: Storage, entry: dict) -> Iterator[BinaryIO]:
     """A data file's messages, unzipped, after its bytes were checked against its manifest entry; a
     damaged file raises CorruptFile naming it, before or while it is read."""
-    with open_verified(storage, entry) as stored, gzip.GzipFile(fileobj=stored, mode="rb") as unzipped:
+    with open_verified(storage, entry) as stored, igzip.GzipFile(fileobj=stored, mode="rb") as unzipped:
         try:
             yield unzipped
-        except (OSError, EOFError, zlib.error) as exc:
+        except (OSError, EOFError, zlib.error, isal_zlib.error) as exc:
             raise CorruptFile(f"{storage.url_of(entry['path'])}: corrupt or truncated gzip: {exc}") from exc
 
 

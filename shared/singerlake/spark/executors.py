@@ -20,7 +20,14 @@ from singerlake.errors import SingerlakeError
 from singerlake.spark.masters import is_local_master
 
 # What executors import: third-party modules (with the distribution to install for each), then ours.
-LIBRARIES = {"pyarrow": "pyarrow", "boto3": "boto3", "smart_open": "smart-open[s3]", "farmhash": "pyfarmhash", "msgspec": "msgspec"}
+LIBRARIES = {
+    "pyarrow": "pyarrow",
+    "boto3": "boto3",
+    "smart_open": "smart-open[s3]",
+    "farmhash": "pyfarmhash",
+    "msgspec": "msgspec",
+    "isal": "isal",
+}
 CORE_MODULES = (
     "singerlake.landing.spark_write",
     "singerlake.jobs.runner",
