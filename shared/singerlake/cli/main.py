@@ -146,6 +146,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
 def cmd_project(args: argparse.Namespace) -> int:
     from singerlake.jobs.project import check_formats, project
+    from singerlake.spark.session import OnDemand
 
     lake = open_lake(args)
     failures: list = []
@@ -153,7 +154,7 @@ def cmd_project(args: argparse.Namespace) -> int:
     check_formats(lake, formats, args.iceberg_catalog)  # before Spark starts: a wrong format or catalog fails at once
     results = project(
         lake,
-        start_spark(args),
+        OnDemand(lambda: start_spark(args), args.spark_master, args.spark_remote),
         args.tap,
         args.stream,
         formats=formats,

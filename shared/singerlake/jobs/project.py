@@ -62,6 +62,7 @@ from singerlake.jobs.runner import (
 from singerlake.jobs.staging import ARROW_BATCH_ROWS, STAGING_SCHEMA, conform, current_indices, current_rows, read_new_records
 from singerlake.lake import Lake
 from singerlake.replay.datasource import plan_files
+from singerlake.spark.session import session_of
 from singerlake.storage import Storage
 from singerlake.times import new_file_id
 
@@ -72,6 +73,7 @@ BUCKET_SHARE = 8
 MIN_BUCKET_BYTES = 1 << 10
 STREAMS_PER_TASK = 16
 PART_ROWS = 1 << 18  # a small stream's new rows are parts of at most this many: an update rewrites the parts holding its keys
+PARQUET = {"compression": "zstd", "use_dictionary": False}  # mostly unique values: a dictionary costs more than it saves (SPEC §12)
 THREADS_PER_TASK = 2  # a small stream's work is mostly Python (JSON, rows): more threads only hold more memory
 FORMATS = ("delta", "csv", "iceberg")
 SDC_DELETED_AT = "_sdc_deleted_at"
@@ -191,7 +193,7 @@ def write_staging(storage: Storage, prefix: str, staging, properties: dict, need
     import pyarrow.parquet as pq
 
     buffer = io.BytesIO()
-    pq.write_table(staging, buffer, compression="zstd")
+    pq.write_table(staging, buffer, **PARQUET)
     key = f"{prefix}/part-{new_file_id()}.parquet"
     storage.write(key, buffer.getvalue(), if_none_match=True)
     if needs is None:
@@ -225,7 +227,7 @@ def publish(
     if published is None:
         published = typed_rows(properties, types, staging if staging is not None else read_parquet(storage, part["staging"]))
     buffer = io.BytesIO()
-    pq.write_table(published, buffer)
+    pq.write_table(published, buffer, **PARQUET)
     name = f"part-{new_file_id()}.parquet"
     storage.write(f"{table}/{name}", buffer.getvalue(), if_none_match=True)
     part = {k: v for k, v in part.items() if k != "csv"} | {"published": name, "size": len(buffer.getvalue())}
@@ -454,6 +456,13 @@ def bucket_of(key: str, buckets: int) -> int:
     return zlib.crc32(key.encode()) % buckets
 
 
+def bucket_column(buckets: int):
+    """``bucket_of`` of each row's ``_key`` as a Spark column: computed in the JVM, not row by row in Python."""
+    from pyspark.sql import functions as F
+
+    return (F.crc32(F.col("_key").cast("binary")) % F.lit(buckets)).cast("int")
+
+
 def bucket_bytes(small_stream_bytes: int) -> int:
     """The stored bytes a new bucket is sized for."""
     return max(MIN_BUCKET_BYTES, small_stream_bytes // BUCKET_SHARE)
@@ -476,13 +485,6 @@ def _read_parts(storage: Storage, parts: list[dict], batches: Iterator[Any]) -> 
     for batch in batches:
         for number in batch.column("id").to_pylist():
             yield from conform(read_parquet(storage, parts[number]["staging"])).to_batches()
-
-
-def _with_buckets(buckets: int, batches: Iterator[Any]) -> Iterator[Any]:
-    import pyarrow as pa
-
-    for batch in batches:
-        yield batch.append_column("_bucket", pa.array([bucket_of(key, buckets) for key in batch.column("_key").to_pylist()], pa.int32()))
 
 
 def _bucket_groups(batches: Iterator[Any]) -> Iterator[tuple[int | None, Any]]:
@@ -587,7 +589,7 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str]
         previous = spark.range(len(parts), numPartitions=len(parts))
         rows = rows.unionByName(previous.mapInArrow(functools.partial(_read_parts, storage, parts), STAGING_SCHEMA))
     if keyed:
-        rows = rows.mapInArrow(functools.partial(_with_buckets, buckets), f"{STAGING_SCHEMA}, _bucket int")
+        rows = rows.withColumn("_bucket", bucket_column(buckets))
         rows = rows.repartition(buckets, "_bucket").sortWithinPartitions("_bucket")  # one bucket's rows together, in one task
     else:
         new_bytes = sum(f["entry"]["size"] for f in plan.files)
@@ -687,7 +689,9 @@ def project(
     its last version) and the others are projected; without ``failures``, StreamsFailed is raised at the end.
     Deleted rows (``_sdc_deleted_at``, ACTIVATE_VERSION) stay with ``_sdc_deleted_at`` set, or with
     ``hard_delete`` are left out (SPEC.md §12). With ``iceberg`` among the formats, each table is also
-    an Iceberg table in the pyiceberg catalog ``iceberg_catalog``."""
+    an Iceberg table in the pyiceberg catalog ``iceberg_catalog``. ``spark`` may be an ``OnDemand``
+    session: small streams that fit one task then run in this process on a local master, and Spark
+    starts only for more."""
     lake.check_exists()
     formats = ["delta" if fmt == "parquet" else fmt for fmt in (formats or ["delta"])]
     catalog = check_formats(lake, formats, iceberg_catalog)
@@ -698,7 +702,7 @@ def project(
     small = [plan for plan in pending if not is_large(plan)]
     written = project_small_streams(lake, spark, small, formats, found, progress, part_rows)
     large = {(plan.tap_id, plan.stream): plan for plan in pending if is_large(plan)}
-    run_large = lambda tap, name: project_large_stream(lake, spark, large[(tap, name)], formats, small_stream_bytes)  # noqa: E731
+    run_large = lambda tap, name: project_large_stream(lake, session_of(spark), large[(tap, name)], formats, small_stream_bytes)  # noqa: E731
     written |= for_each_stream(list(large), run_large, found, 1)
     committed = for_each_stream(list(written), lambda tap, name: commit_run(lake, plans[(tap, name)], written[(tap, name)]), found)
     if catalog is not None:  # after the Delta commits; also streams with nothing new whose Iceberg table lags behind

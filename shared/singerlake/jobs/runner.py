@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from singerlake.errors import SingerlakeError, one_line
 from singerlake.spark.results import result_batch, result_schema
+from singerlake.spark.session import OnDemand, session_of
 
 RESULT_COLUMNS = {"seq": "long", "result": "string"}
 ITEMS_PER_TASK = 64
@@ -54,14 +55,15 @@ class Progress:
             sys.stderr.write("\n")
 
 
-def _run_partition(work: Callable[[dict], Any], threads: int, batches: Iterator[Any]) -> Iterator[Any]:
-    def run(item: str) -> str:
-        return json.dumps(work(json.loads(item)))
+def _run_item(work: Callable[[dict], Any], item: str) -> str:
+    return json.dumps(work(json.loads(item)))
 
+
+def _run_partition(work: Callable[[dict], Any], threads: int, batches: Iterator[Any]) -> Iterator[Any]:
     # Work items wait on storage (local reads, S3 requests) far more than on the CPU: overlap them.
     with ThreadPoolExecutor(threads) as pool:
         for batch in batches:
-            results = list(pool.map(run, batch.column("item").to_pylist()))
+            results = list(pool.map(functools.partial(_run_item, work), batch.column("item").to_pylist()))
             yield result_batch(RESULT_COLUMNS, seq=batch.column("seq").to_pylist(), result=results)
 
 
@@ -77,13 +79,24 @@ def run_items(
     """``[work(item) for item in items]``, computed on the executors, in item order.
 
     Each Spark task takes about ``items_per_task`` items and works on ``threads`` of them at once.
+    A job of one task with ``spark`` an ``OnDemand`` session of a local master runs here, in the
+    driver's process, as that task would (the same threads, the same JSON round trip), and starts
+    no JVM: the executor of a local master is this machine anyway.
     """
     import pyarrow as pa
 
     if not items:
         return []
-    table = pa.table({"seq": pa.array(range(len(items)), pa.int64()), "item": pa.array([json.dumps(i) for i in items], pa.string())})
     tasks = max(1, math.ceil(len(items) / items_per_task))
+    if tasks == 1 and isinstance(spark, OnDemand) and spark.in_process:
+        with ThreadPoolExecutor(threads) as pool:
+            results = list(pool.map(functools.partial(_run_item, work), map(json.dumps, items)))
+        if progress:
+            progress.show(len(items), len(items), sum(sizes or []), sum(sizes or []))
+            progress.done()
+        return list(map(json.loads, results))
+    spark = session_of(spark)
+    table = pa.table({"seq": pa.array(range(len(items)), pa.int64()), "item": pa.array([json.dumps(i) for i in items], pa.string())})
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(math.ceil(len(items) / tasks)))
     frame = spark.createDataFrame(table).mapInArrow(lambda batches: _run_partition(work, threads, batches), result_schema(**RESULT_COLUMNS))
     watcher = _Watcher(spark, progress, len(items), sizes or [0] * len(items), tasks) if progress and progress.enabled else None

@@ -238,5 +238,29 @@ class SparkStarter:
         return self._session
 
 
+class OnDemand:
+    """A SparkSession started the first time a job asks for it (``__call__``), for a job that may not
+    need one: with a master of this process's machine (``local``, ``local[N]``), a job of one task
+    runs in the driver's process instead (``runner.run_items``), so a small run starts no JVM."""
+
+    def __init__(self, factory, master: str | None, remote: str | None = None):
+        self._factory = factory
+        master, remote = resolve_master(master, remote)
+        self.in_process = remote is None and (master == "local" or master.startswith("local["))
+        self._session = None
+        self._lock = threading.Lock()
+
+    def __call__(self):
+        with self._lock:
+            if self._session is None:
+                self._session = self._factory()
+            return self._session
+
+
+def session_of(spark):
+    """The SparkSession of ``spark``: itself, or an ``OnDemand``'s, started now."""
+    return spark() if isinstance(spark, OnDemand) else spark
+
+
 class SparkStartError(SingerlakeError, RuntimeError):
     pass
