@@ -590,7 +590,9 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str]
         rows = rows.unionByName(previous.mapInArrow(functools.partial(_read_parts, storage, parts), STAGING_SCHEMA))
     if keyed:
         rows = rows.withColumn("_bucket", bucket_column(buckets))
-        rows = rows.repartition(buckets, "_bucket").sortWithinPartitions("_bucket")  # one bucket's rows together, in one task
+        # one bucket's rows together, in one task; how many tasks is left to adaptive execution, which
+        # coalesces small partitions: a run whose new rows touch 10 buckets is one task, not one per bucket
+        rows = rows.repartition("_bucket").sortWithinPartitions("_bucket")
     else:
         new_bytes = sum(f["entry"]["size"] for f in plan.files)
         rows = rows.repartition(max(1, math.ceil(new_bytes / bucket_bytes(small_stream_bytes))))
