@@ -11,8 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_session import CliSession
 from conftest import _s3_root_on
 from lakes import local_lake_at, s3_lake_at
+from s3_servers import S3_KEYS
 from singerlake.files import push as push_module
 from singerlake.files import spark_push
 from singerlake.files.push import Source
@@ -46,13 +48,26 @@ def many_files(directory: Path, count: int) -> dict[str, bytes]:
     return made
 
 
-def cli(root: str, *args: str, options: dict | None = None) -> subprocess.CompletedProcess:
+def cli(root: str, *args: str, options: dict | None = None, session: CliSession | None = None) -> subprocess.CompletedProcess:
+    """``singerlake ARGS[0] ROOT ...`` as a process, or through main() in ``session`` (whose environment has the S3 keys)."""
     env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true"}
     extra: list[str] = []
     if options:  # S3: keys in the environment (driver and executors inherit it), endpoint and region as options
         env.update(AWS_ACCESS_KEY_ID=options["access_key_id"], AWS_SECRET_ACCESS_KEY=options["secret_access_key"])
         extra = ["--s3-endpoint-url", options["endpoint_url"], "--s3-region", options["region"]]
-    return subprocess.run([CLI, args[0], root, *extra, *args[1:]], capture_output=True, text=True, timeout=600, env=env)
+    argv = [args[0], root, *extra, *args[1:]]
+    if session is not None:
+        return session.run(*argv)
+    return subprocess.run([CLI, *argv], capture_output=True, text=True, timeout=600, env=env)
+
+
+@pytest.fixture(scope="module")
+def push_cli():
+    """One CliSession for the module's pushes over the CLI, whatever their lake (every S3 server takes the same keys):
+    one Spark start (local[2]) for them all instead of one per push."""
+    keys = {"AWS_ACCESS_KEY_ID": S3_KEYS["access_key_id"], "AWS_SECRET_ACCESS_KEY": S3_KEYS["secret_access_key"]}
+    with CliSession({**os.environ, "AWS_EC2_METADATA_DISABLED": "true", **keys}) as session:
+        yield session
 
 
 def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -60,39 +75,41 @@ def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     return result
 
 
-def push_many_over_the_cli(tmp_path: Path, root: str, count: int, options: dict | None = None) -> None:
+def push_many_over_the_cli(tmp_path: Path, root: str, count: int, session: CliSession, options: dict | None = None) -> None:
+    def run(*args: str) -> list | dict:
+        return json.loads(ok(cli(root, *args, options=options, session=session)).stdout)
+
     made = many_files(tmp_path / "src", count)
     started = time.monotonic()
-    pushed = json.loads(ok(cli(root, "push", str(tmp_path / "src"), "--what", "photos", "--where", "cam-1", "--work-id", "batch-7",
-                               "--spark", "always", "--spark-master", "local[2]", "--json", options=options)).stdout)  # fmt: skip
+    pushed = run("push", str(tmp_path / "src"), "--what", "photos", "--where", "cam-1", "--work-id", "batch-7",
+                 "--spark", "always", "--spark-master", "local[2]", "--json")  # fmt: skip
     took = time.monotonic() - started
     assert len(pushed["pushed"]) == count and pushed["duplicates"] == []
     # One Spark job ran the stores, in the executors' Python workers (not the driver's).
     assert pushed["spark"]["jobs"] == 1 and pushed["spark"]["tasks"] >= 2 and pushed["spark"]["worker_processes"] >= 1
     print(f"{count} files pushed on local[2] in {took:.1f} s")
 
-    found = json.loads(ok(cli(root, "files", "--what", "photos", "--work-id", "batch-7", "--fetch", str(tmp_path / "out"), "--json",
-                              options=options)).stdout)  # fmt: skip
+    found = run("files", "--what", "photos", "--work-id", "batch-7", "--fetch", str(tmp_path / "out"), "--json")
     assert sorted(r["path"] for r in found) == sorted(made)
     assert {r["txn"] for r in found} == {r["txn"] for r in pushed["pushed"]}
     for record in found:
         assert (tmp_path / "out" / f"{record['id']}-{record['name']}").read_bytes() == made[record["path"]]
-    by_time = json.loads(ok(cli(root, "files", "--what", "photos", "--start", "2000-01-01", "--json", options=options)).stdout)
+    by_time = run("files", "--what", "photos", "--start", "2000-01-01", "--json")
     assert sorted(r["id"] for r in by_time) == sorted(r["id"] for r in found)
 
 
 # -- push on Spark -----------------------------------------------------------------------------------
-def test_a_push_of_many_files_runs_on_spark_executors_and_every_file_comes_back_whole(tmp_path):
+def test_a_push_of_many_files_runs_on_spark_executors_and_every_file_comes_back_whole(tmp_path, push_cli):
     # 400 files: spark_push's full 4 tasks per core on local[2] (50 files each, above MIN_FILES_PER_TASK) and far
     # more files than the fetch's parallel requests; bench/files.py measures large pushes (2000 here cost ~20 s).
-    push_many_over_the_cli(tmp_path, str(tmp_path / "lake"), 400)
+    push_many_over_the_cli(tmp_path, str(tmp_path / "lake"), 400, push_cli)
 
 
 @pytest.mark.heavy
-def test_a_push_on_spark_into_an_s3_lake_over_the_cli(tmp_path, s3_root):
+def test_a_push_on_spark_into_an_s3_lake_over_the_cli(tmp_path, s3_root, push_cli):
     """The executors reach the bucket with the driver's options and the environment's keys."""
     url, options = s3_root
-    push_many_over_the_cli(tmp_path, url, 200, options)
+    push_many_over_the_cli(tmp_path, url, 200, push_cli, options)
 
 
 def test_lake_push_on_spark_into_an_s3_lake(tmp_path, spark, moto_server):

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 
 import pytest
+from cli_session import CliSession
 from conftest import _new_bucket
 from deltalake import DeltaTable
 from lakes import TAP, LakeUnderTest, duckdb_for, s3_lake_at
@@ -18,7 +19,7 @@ from singerlake.jobs.delta import storage_options, table_key
 from singerlake.jobs.iceberg import DELTA_VERSION, fileio_properties, identifier, open_catalog, sync
 from singerlake.jobs.project import project
 from singerlake.jobs.vacuum import vacuum
-from test_lake_jobs import open_lake, run_cli, spark  # noqa: F401  (spark: the module's session fixture)
+from test_lake_jobs import LakeCli, cli_env, open_lake, run_cli, spark  # noqa: F401  (spark: the module's session fixture)
 from test_project import FIRST, STREAM, by_id, check_exact, land_records, uri
 
 pytest.importorskip("pyiceberg")
@@ -50,16 +51,22 @@ def delta_rows(lake: LakeUnderTest, stream: str = STREAM) -> list[dict]:
     return DeltaTable(uri(lake, stream), storage_options=storage_options(lake.storage)).to_pyarrow_table().to_pylist()
 
 
-def project_cli(lake: LakeUnderTest, *extra: str):
+def project_cli(cli: LakeCli, *extra: str):
     started = time.monotonic()
-    done = run_cli(lake, "project", *extra)
+    done = cli.run("project", *extra)
     print(f"project {' '.join(extra)}: {time.monotonic() - started:.1f}s")
     return done
 
 
 def check_iceberg_lake(lake: LakeUnderTest) -> None:
+    # The three projects through main() in one CliSession (one Spark start), in this test's catalog environment.
+    with CliSession(cli_env()) as session:
+        check_iceberg_runs(lake, LakeCli(session, lake, "local[2]"))
+
+
+def check_iceberg_runs(lake: LakeUnderTest, cli: LakeCli) -> None:
     land_records(lake, FIRST)
-    done = project_cli(lake, "--formats", "delta,iceberg", "--iceberg-catalog", "lake")
+    done = project_cli(cli, "--formats", "delta,iceberg", "--iceberg-catalog", "lake")
     assert done.returncode == 0, done.stderr
     catalog = catalog_of(lake)
     assert identifier(TAP, STREAM) == (TAP, "public_tricky")
@@ -74,7 +81,7 @@ def check_iceberg_lake(lake: LakeUnderTest) -> None:
     assert duck == by_id(delta_rows(lake))
 
     land_records(lake, ['{"id": 2, "amount": 2.25, "big": 5, "huge": 4}', '{"id": 4, "amount": 1, "big": 99999999999999999999999}'])
-    done = project_cli(lake, "--formats", "delta,iceberg", "--iceberg-catalog", "lake")
+    done = project_cli(cli, "--formats", "delta,iceberg", "--iceberg-catalog", "lake")
     assert done.returncode == 0, done.stderr
     table = catalog.load_table(identifier(TAP, STREAM))
     assert len(table.snapshots()) == 2 and table.current_snapshot().summary[DELTA_VERSION] == "1"
@@ -87,7 +94,7 @@ def check_iceberg_lake(lake: LakeUnderTest) -> None:
     iceberg_files = {task.file.file_path for task in table.scan().plan_files()}
     assert {path.rsplit("/", 1)[1] for path in iceberg_files} == {path.rsplit("/", 1)[1] for path in delta_files}
 
-    done = project_cli(lake, "--formats", "delta,iceberg", "--iceberg-catalog", "lake")  # nothing new: no snapshot
+    done = project_cli(cli, "--formats", "delta,iceberg", "--iceberg-catalog", "lake")  # nothing new: no snapshot
     assert done.returncode == 0, done.stderr
     assert len(catalog.load_table(identifier(TAP, STREAM)).snapshots()) == 2
 

@@ -21,7 +21,7 @@ from singerlake.jobs import delta
 from singerlake.jobs.delta import storage_options, table_key, table_uri
 from singerlake.jobs.project import bucket_of, project
 from singerlake.jobs.vacuum import vacuum
-from test_lake_jobs import open_lake, run_cli, spark  # noqa: F401  (spark: the module's session fixture)
+from test_lake_jobs import LakeCli, cli_session, open_lake, shared_cli, spark  # noqa: F401  (the module's Spark and CliSession fixtures)
 
 STREAM = "public.tricky"
 JSONB = {"type": ["string", "number", "integer", "boolean", "array", "object", "null"]}  # how tap-postgres declares jsonb
@@ -307,16 +307,18 @@ def test_published_values_round_trip_to_the_raw_values(tmp_path_factory, spark, 
 
 
 # -- singerlake sql ----------------------------------------------------------------------------------
-def sql(lake: LakeUnderTest, query: str, *options: str):
-    return run_cli(lake, "sql", query, *options)
+def sql(cli: LakeCli, query: str, *options: str):
+    """``singerlake sql`` through main(), in the module's CliSession (one Spark start for every command)."""
+    return cli.run("sql", query, *options)
 
 
-def test_sql_queries_current_rows_by_stream_name_as_json_csv_and_a_table(lake, spark):  # noqa: F811
+def test_sql_queries_current_rows_by_stream_name_as_json_csv_and_a_table(lake, spark, cli_session):  # noqa: F811
+    cli = cli_session(lake)
     land_records(lake, FIRST)
     land_records(lake, ['{"id": 2, "amount": 99.5, "big": 3, "huge": 1}'])
     project(open_lake(lake), spark, TAP)
     query = f"SELECT id, `qty.count`, amount, doc, `with space €``x` FROM `{STREAM}` ORDER BY id"
-    out = sql(lake, query, "--json")
+    out = sql(cli, query, "--json")
     assert out.returncode == 0, out.stderr[-3000:]
     rows = decode(out.stdout)
     assert [row["id"] for row in rows] == [1, 2, 3]
@@ -324,7 +326,7 @@ def test_sql_queries_current_rows_by_stream_name_as_json_csv_and_a_table(lake, s
     assert rows[0]["doc"] == '"just a string"' and rows[2]["doc"] == '{"a":1,"b":[true,null,2.50]}'
     assert rows[0]["with space €`x"] == "ü"
 
-    listed = sql(lake, f"SELECT id, doc FROM `{STREAM}` ORDER BY id", "--csv")
+    listed = sql(cli, f"SELECT id, doc FROM `{STREAM}` ORDER BY id", "--csv")
     assert listed.returncode == 0, listed.stderr[-3000:]
     assert list(csv.reader(io.StringIO(listed.stdout))) == [
         ["id", "doc"],
@@ -333,19 +335,20 @@ def test_sql_queries_current_rows_by_stream_name_as_json_csv_and_a_table(lake, s
         ["3", '{"a":1,"b":[true,null,2.50]}'],
     ]
 
-    raw = sql(lake, f"SELECT count(*) AS records, count(DISTINCT _singerlake_commit) AS commits FROM `{STREAM}`", "--raw")
+    raw = sql(cli, f"SELECT count(*) AS records, count(DISTINCT _singerlake_commit) AS commits FROM `{STREAM}`", "--raw")
     assert raw.returncode == 0, raw.stderr[-3000:]
     assert raw.stdout.splitlines() == ["records | commits", "--------+--------", "4       | 2", "(1 row)"], raw.stdout
 
 
-def test_sql_raw_gives_every_record_exactly_with_its_position(lake, spark):  # noqa: F811
+def test_sql_raw_gives_every_record_exactly_with_its_position(lake, cli_session):  # noqa: F811
     """`singerlake sql --raw`: the data source types every landed record as the projection types the current rows."""
+    cli = cli_session(lake)
     land_records(lake, FIRST)
     land_records(lake, ['{"id": 2, "amount": 99.5, "big": 3, "doc": {"a": 1}, "huge": 1}'])
     columns = "id, `qty.count`, amount, big, doc, huge, `with space €``x`, tags, at, _singerlake_commit, _singerlake_index"
     types = "typeof(amount) AS amount, typeof(big) AS big, typeof(doc) AS doc, typeof(huge) AS huge, typeof(`qty.count`) AS q"
     query = f"SELECT {columns}, {types.replace(' AS ', ' AS t_')} FROM `{STREAM}` ORDER BY _singerlake_commit, _singerlake_index"
-    out = sql(lake, query, "--raw", "--json")
+    out = sql(cli, query, "--raw", "--json")
     assert out.returncode == 0, out.stderr[-3000:]
     rows = decode(out.stdout)
     positions = [(row["id"], row["_singerlake_commit"], row["_singerlake_index"]) for row in rows]
@@ -366,17 +369,18 @@ def test_sql_raw_gives_every_record_exactly_with_its_position(lake, spark):  # n
     assert datetime.fromisoformat(rows[0]["at"]).astimezone(timezone.utc) == EXPECTED[1]["at"]  # Spark gives local time
 
 
-def test_sql_errors_are_one_line_with_exit_2(local_lake, spark):  # noqa: F811
+def test_sql_errors_are_one_line_with_exit_2(local_lake, spark, cli_session):  # noqa: F811
+    cli = cli_session(local_lake)
     land_records(local_lake, FIRST)
     land(local_lake.config | {"tap_id": "tap-other"}, joined([schema_msg("x", TRICKY, ["id"]), record_msg("x", FIRST[0])]))
     project(open_lake(local_lake), spark)
-    several = sql(local_lake, f"SELECT * FROM `{STREAM}`")
+    several = sql(cli, f"SELECT * FROM `{STREAM}`")
     assert several.returncode == 2 and "--tap" in several.stderr and "Traceback" not in several.stderr
-    wrong = sql(local_lake, "SELECT nope FROM `public.tricky`", "--tap", TAP)
+    wrong = sql(cli, "SELECT nope FROM `public.tricky`", "--tap", TAP)
     assert wrong.returncode == 2 and "Traceback" not in wrong.stderr, wrong.stderr[-3000:]
     errors = [line for line in wrong.stderr.splitlines() if line.startswith("singerlake sql: error:")]
     assert len(errors) == 1 and "nope" in errors[0] and "SQLSTATE" in errors[0], wrong.stderr[-3000:]
-    table = sql(local_lake, "SELECT count(*) AS n FROM x", "--tap", "tap-other")
+    table = sql(cli, "SELECT count(*) AS n FROM x", "--tap", "tap-other")
     assert table.returncode == 0 and table.stdout.splitlines() == ["n", "-", "1", "(1 row)"], table.stdout
 
 

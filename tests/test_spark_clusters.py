@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pyspark
 import pytest
+from cli_session import CliSession
 from conftest import S3_KEYS, _free_port
 from lakes import s3_lake_at
 from singerlake import Lake
@@ -267,10 +268,13 @@ def land_replay_and_run_jobs(
 
     s3 = ["--s3-endpoint-url", lake_config["s3_endpoint_url"], "--s3-region", lake_config["s3_region"]]
     root = lake_config["lake_root"]
-    for job in (["verify"], ["repair"], ["compact", "--target-size-mib", "64"], ["project", "--formats", "parquet"], ["verify"]):
-        result = singerlake_cli(*job, root, *s3, *cli_where, "--json")
-        assert result.returncode == 0, f"singerlake {job[0]} on the cluster: exit {result.returncode}\n{result.stderr[-3000:]}"
-        assert "Traceback" not in result.stderr
+    # The jobs as one user session runs them: main() once per command in one process, so one Spark application
+    # (one driver and one set of executors) serves all five instead of one each (tests/cli_session.py).
+    with CliSession(driver_env()) as cli:
+        for job in (["verify"], ["repair"], ["compact", "--target-size-mib", "64"], ["project", "--formats", "parquet"], ["verify"]):
+            result = cli.run(*job, root, *s3, *cli_where, "--json")
+            assert result.returncode == 0, f"singerlake {job[0]} on the cluster: exit {result.returncode}\n{result.stderr[-3000:]}"
+            assert "Traceback" not in result.stderr
     counts = read_with_datasource(lake_config, where)
     assert counts == {stream: len(lines) for stream, lines in small_input.per_stream.items()}, "the data source on the cluster"
     compacted = Lake.open(root, **{k: lake_config[f"s3_{k}"] for k in ("endpoint_url", "access_key_id", "secret_access_key", "region")})
