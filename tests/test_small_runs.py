@@ -49,6 +49,17 @@ def test_workers_of_another_interpreter_keep_sparks_own_daemon(monkeypatch):
     assert "spark.python.daemon.module" not in driver_options("spark://127.0.0.1:7077")
 
 
+def test_a_users_jvm_options_add_to_ours():
+    """``--spark-conf spark.driver.extraJavaOptions=-verbose:gc`` must not drop our log4j layout (the
+    JVM banners would come back), CDS or OOM exit: the user's flags go last, so theirs win a conflict."""
+    ours = driver_options("local[2]")
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+        mixed = driver_options("local[2]", {key: "-verbose:gc"})[key]
+        assert mixed == f"{ours[key]} -verbose:gc"
+    assert "-Dlog4j.configurationFile=" in ours["spark.driver.extraJavaOptions"]
+    assert driver_options("local[2]", {"spark.driver.memory": "3g"})["spark.driver.memory"] == "3g"
+
+
 EXECUTOR_WRITE = """
 import sys
 import pyarrow as pa

@@ -572,4 +572,5 @@ def test_jvm_output_goes_to_stderr_never_between_state_lines(singer_input, tmp_p
     lines = singer_input.lines[: singer_input.state_index[2 * STATE_EVERY] + 1]
     run = run_to_end(config, lines, tmp_path, "gc-logging")
     assert "[gc" in run.stderr, "the JVM's GC log should have been printed (to stderr)"
+    assert "Using Spark's default log4j profile" not in run.stderr, "the user's JVM options replaced ours (log4j layout)"
     assert [json.loads(line) for line in run.lines] == singer_input.states[:2]

@@ -110,6 +110,9 @@ def _configure_connect(session, conf: dict[str, Any] | None) -> None:
             log.debug("Connect server keeps its own %s", key)
 
 
+JAVA_OPTIONS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+
+
 def driver_options(master: str, conf: dict[str, Any] | None = None) -> dict[str, str]:
     """The Spark settings of a session on ``master`` (not Connect), ``conf`` last; sets the environment they need."""
     import_pyspark()
@@ -131,7 +134,8 @@ def driver_options(master: str, conf: dict[str, Any] | None = None) -> dict[str,
             options["spark.python.daemon.module"] = "singerlake.spark.worker_daemon"
     cds = cds_java_options(java_home) if master.startswith("local") else ""
     options["spark.driver.extraJavaOptions"] = f"{DRIVER_JAVA_OPTIONS} -Dlog4j.configurationFile={LOG4J_CONFIG} {cds}".strip()
-    options.update((key, str(value)) for key, value in (conf or {}).items())
+    for key, value in (conf or {}).items():  # JVM options add to ours (the last of two equal flags wins); others replace
+        options[key] = f"{options[key]} {value}" if key in JAVA_OPTIONS and options.get(key) else str(value)
     return options
 
 
