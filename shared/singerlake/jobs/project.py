@@ -30,6 +30,7 @@ before an ACTIVATE_VERSION, stay with ``_sdc_deleted_at`` set (soft, the default
 
 from __future__ import annotations
 
+import collections
 import functools
 import io
 import math
@@ -510,7 +511,8 @@ def _bucket_groups(batches: Iterator[Any]) -> Iterator[tuple[int | None, Any]]:
 def _write_buckets(storage: Storage, item: dict, batches: Iterator[Any]) -> Iterator[Any]:
     """Executor side: each bucket among this partition's rows (the whole partition for a keyless stream)
     becomes one new staging part: its current rows, from its new rows and its previous part. A part whose
-    values fit the table's column types is published at once; its description comes back as JSON."""
+    values fit the table's column types is published at once; its description comes back as JSON.
+    Two buckets are written at a time (Parquet and zstd release the GIL), holding two buckets' rows."""
     import json
 
     import pyarrow as pa
@@ -521,12 +523,11 @@ def _write_buckets(storage: Storage, item: dict, batches: Iterator[Any]) -> Iter
     else:
         collected = [batch for batch in batches if batch.num_rows]
         groups = iter([(None, pa.Table.from_batches(collected))] if collected else [])
-    for bucket, rows in groups:
+
+    def write(bucket: int | None, rows) -> dict:
         parts = item["previous"].get(str(bucket), [])
         if len(parts) == 1 and "published" in parts[0] and not item["activations"]:
-            part = update_bucket(storage, item, parts[0], conform(rows)) | {"bucket": bucket}
-            yield pa.RecordBatch.from_pydict({"part": [json.dumps(part)]})
-            continue
+            return update_bucket(storage, item, parts[0], conform(rows)) | {"bucket": bucket}
         previous = [read_parquet(storage, part["staging"]) for part in parts]
         rows = pa.concat_tables([conform(table) for table in [*previous, rows]])
         staging = apply_deletes(current_rows(rows, keyed), item["activations"], item["hard"])
@@ -534,7 +535,16 @@ def _write_buckets(storage: Storage, item: dict, batches: Iterator[Any]) -> Iter
         part = write_staging(storage, item["staging"], staging, properties, needs) | ({"bucket": bucket} if keyed else {})
         if schema_text(properties, join_all([item["types"], part["needs"]])) == item["schema"]:
             part = publish(storage, item["table"], part, properties, item["types"], item["csv"], staging)
-        yield pa.RecordBatch.from_pydict({"part": [json.dumps(part)]})
+        return part
+
+    with ThreadPoolExecutor(THREADS_PER_TASK) as pool:
+        running: collections.deque = collections.deque()
+        for group in groups:
+            running.append(pool.submit(write, *group))
+            if len(running) == THREADS_PER_TASK:
+                yield pa.RecordBatch.from_pydict({"part": [json.dumps(running.popleft().result())]})
+        while running:
+            yield pa.RecordBatch.from_pydict({"part": [json.dumps(running.popleft().result())]})
 
 
 def update_bucket(storage: Storage, item: dict, previous: dict, rows) -> dict:
