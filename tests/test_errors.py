@@ -95,10 +95,14 @@ def test_compact_stream_without_tap_is_a_usage_error(landed):
 
 
 def test_spark_command_without_pyspark_says_what_to_install(landed):
-    """A tap-only install has the core without its spark extra: verify says so instead of a ModuleNotFoundError."""
+    """A tap-only install has the core without its spark extra: verify and project say so instead of a
+    ModuleNotFoundError (project too, though a small local run would not start Spark)."""
     code = "import sys; sys.modules['pyspark'] = None; from singerlake.cli.main import main; sys.exit(main(sys.argv[1:]))"
     hidden = subprocess.run([sys.executable, "-c", code, "verify", str(landed.storage.root)], capture_output=True, text=True, timeout=120)
     assert_one_line_error(hidden, "singerlake verify", "singerlake[spark]", "--no-hashes")
+    hidden = subprocess.run([sys.executable, "-c", code, "project", str(landed.storage.root)], capture_output=True, text=True, timeout=120)
+    assert_one_line_error(hidden, "singerlake project", "singerlake[spark]")
+    assert not (landed.storage.root / "published").exists()
 
 
 # -- target-singerlake ----------------------------------------------------------------------------

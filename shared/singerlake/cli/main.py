@@ -45,13 +45,18 @@ def open_lake(args: argparse.Namespace, files: bool = False) -> Lake:
     return lake
 
 
-def start_spark(args: argparse.Namespace):
-    from singerlake.spark.session import spark_session
-
+def check_spark_installed(args: argparse.Namespace) -> dict:
+    """The ``--spark-conf`` settings, once Spark is known to be installed."""
     if importlib.util.find_spec("pyspark") is None:  # the core alone (a tap's install) has no Spark
         hint = ", or add --no-hashes" if hasattr(args, "no_hashes") else ""
         raise ConfigError(f"singerlake {args.command} runs on Spark, which is not installed: pip install 'singerlake[spark]'{hint}")
-    conf = dict(_conf_pair(text) for text in args.spark_conf)
+    return dict(_conf_pair(text) for text in args.spark_conf)
+
+
+def start_spark(args: argparse.Namespace):
+    from singerlake.spark.session import spark_session
+
+    conf = check_spark_installed(args)
     return spark_session(master=args.spark_master, remote=args.spark_remote, conf=conf, app_name=f"singerlake {args.command}")
 
 
@@ -145,6 +150,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
 
 def cmd_project(args: argparse.Namespace) -> int:
+    check_spark_installed(args)  # first: the projection imports Spark's types, though a small run may not start it
     from singerlake.jobs.project import check_formats, project
     from singerlake.spark.session import OnDemand
 

@@ -714,7 +714,8 @@ def project(
     small = [plan for plan in pending if not is_large(plan)]
     written = project_small_streams(lake, spark, small, formats, found, progress, part_rows)
     large = {(plan.tap_id, plan.stream): plan for plan in pending if is_large(plan)}
-    run_large = lambda tap, name: project_large_stream(lake, session_of(spark), large[(tap, name)], formats, small_stream_bytes)  # noqa: E731
+    spark = session_of(spark) if large else spark  # started here: a failed start is the run's error, not a stream's
+    run_large = lambda tap, name: project_large_stream(lake, spark, large[(tap, name)], formats, small_stream_bytes)  # noqa: E731
     written |= for_each_stream(list(large), run_large, found, 1)
     committed = for_each_stream(list(written), lambda tap, name: commit_run(lake, plans[(tap, name)], written[(tap, name)]), found)
     if catalog is not None:  # after the Delta commits; also streams with nothing new whose Iceberg table lags behind
