@@ -598,14 +598,13 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str]
     if rebucket and parts:
         previous = spark.range(len(parts), numPartitions=len(parts))
         rows = rows.unionByName(previous.mapInArrow(functools.partial(_read_parts, storage, parts), STAGING_SCHEMA))
-    if keyed:
-        rows = rows.withColumn("_bucket", bucket_column(buckets))
-        # one bucket's rows together, in one task; how many tasks is left to adaptive execution, which
-        # coalesces small partitions: a run whose new rows touch 10 buckets is one task, not one per bucket
-        rows = rows.repartition("_bucket").sortWithinPartitions("_bucket")
+    new_bytes = sum(f["entry"]["size"] for f in plan.files)
+    tasks = max(1, math.ceil((plan.bytes if rebucket else new_bytes) / bucket_bytes(small_stream_bytes)))  # a bucket's size each
+    if keyed:  # one bucket's rows together, in one task: 10 updated keys are one task, not one per bucket
+        rows = rows.withColumn("_bucket", bucket_column(buckets)).repartition(min(tasks, buckets), "_bucket")
+        rows = rows.sortWithinPartitions("_bucket")
     else:
-        new_bytes = sum(f["entry"]["size"] for f in plan.files)
-        rows = rows.repartition(max(1, math.ceil(new_bytes / bucket_bytes(small_stream_bytes))))
+        rows = rows.repartition(tasks)
     by_bucket: dict[str, list[dict]] = {}
     for part in parts if keyed and not rebucket else []:
         by_bucket.setdefault(str(part["bucket"]), []).append(part)
