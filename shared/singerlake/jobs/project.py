@@ -614,14 +614,19 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str]
         "previous": by_bucket,
         "staging": plan.staging,
         "table": plan.table,
-        "types": plan.state["types"],
-        "schema": plan.state["schema"],
         "csv": "csv" in formats,
         "hard": plan.hard,
         "activations": plan.activations,
         # a rebucketed stream's buckets hold previous rows too: their parts' needs join the new files'
         "needs": None if plan.needs is None else join_all([plan.needs, *(part["needs"] for part in parts if rebucket)]),
     }
+    # The types new parts are published under at once: the table's (a part needing wider ones waits
+    # for the driver), or the run's own when the files' statistics give them and no part keeps
+    # published rows of the table's types (a new layout, a keyless stream): so a first run too.
+    item |= {"types": plan.state["types"], "schema": plan.state["schema"]}
+    if item["needs"] is not None and not plan.activations and (rebucket or not keyed):
+        expected = run_types([{"needs": join_all([plan.state["types"], item["needs"]])}], properties, plan.state["types"])
+        item |= {"types": expected, "schema": schema_text(properties, expected)}
     write = functools.partial(_write_buckets, storage, item)
     with _arrow_batch_rows(spark, ARROW_BATCH_ROWS):
         written = [json.loads(row["part"]) for row in rows.mapInArrow(write, "part string").collect()]
@@ -641,8 +646,8 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str]
     schema = schema_text(properties, types)
     overwrite = schema != plan.state["schema"]  # then every part is published again, under the new types
     work = functools.partial(publish, storage, plan.table, properties=properties, types=types, csv="csv" in formats)
-    again = kept + written if overwrite else [part for part in written if "published" not in part]
-    done = dict(zip([part["staging"] for part in again], run_items(spark, again, work), strict=True))
+    again = (kept if overwrite else []) + [part for part in written if "published" not in part or schema != item["schema"]]
+    done = dict(zip([part["staging"] for part in again], run_items(spark, again, work, items_per_task=2, threads=2), strict=True))
     if "csv" in formats and not overwrite:  # CSV asked for the first time: twins of the kept files
         twins = [part for part in kept if "csv" not in part]
         made = run_items(spark, twins, functools.partial(write_csv_twin, storage, plan.table))
