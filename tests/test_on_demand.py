@@ -1,6 +1,7 @@
 """Spark on demand (spark.session.OnDemand, runner.run_items): with a local master, a job of one task
 runs in the driver's process and starts no JVM; more tasks, a cluster or Spark Connect start Spark.
-`singerlake project` of small streams is such a job: its tables equal those Spark's executors write."""
+`singerlake project` of small streams is such a job, and so is a large stream's run of a few updated keys
+(one task reads, one writes): their tables equal those Spark's executors write."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import operator
 import shutil
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 from lakes import TAP, joined, land, local_lake_at, record_msg, schema_msg
 from singerlake import Lake
@@ -73,3 +76,35 @@ def test_a_small_projection_starts_no_jvm_and_equals_the_executors_tables(tmp_pa
     same = [{key: value for key, value in state.items() if key != "parts"} for state in states]  # parts: other file names
     assert same[0] == same[1] and same[0]["types"]
     assert [[(part["rows"], part["needs"]) for part in state["parts"]] for state in states] == [[(40, same[0]["types"])]] * 2
+
+
+def test_a_few_updated_keys_of_a_large_stream_start_no_jvm_and_equal_the_executors_tables(tmp_path: Path, spark):  # noqa: F811
+    small = 16 << 10  # bytes: the stream is large, in buckets of 2 KiB
+    lake = local_lake_at(tmp_path)
+    records = [{"id": n, "amount": n / 8, "at": f"2024-01-01T00:{n % 60:02d}:00Z"} for n in range(3000)]
+    land(lake.config, joined([schema_msg("orders", SCHEMA, ["id"]), *(record_msg("orders", r) for r in records)]))
+    root = Path(lake.config["lake_root"])
+    first = project(Lake.open(str(root)), spark, small_stream_bytes=small)[0]  # many tasks: on the executors
+    copy = shutil.copytree(root, tmp_path / "copy")
+    updates = [{"id": n, "amount": -n / 4, "at": "2024-02-01T00:00:00.5Z"} for n in (7, 1500, 2999)]
+    for where in (root, copy):
+        land(
+            {**lake.config, "lake_root": str(where)},
+            joined([schema_msg("orders", SCHEMA, ["id"]), *(record_msg("orders", r) for r in updates)]),
+        )
+
+    started = []
+    here = project(Lake.open(str(root)), OnDemand(lambda: started.append(True) or spark, "local[2]"), small_stream_bytes=small)[0]
+    assert started == []  # one task reads the three records and one writes their buckets: in this process
+    there = project(Lake.open(str(copy)), spark, small_stream_bytes=small)[0]
+    assert here["version"] == there["version"] == first["version"] + 1
+    tables = [DeltaTable(str(where / "published" / TAP / "orders")) for where in (root, copy)]
+    assert tables[0].schema() == tables[1].schema()
+    rows = [table.to_pyarrow_table().sort_by("id") for table in tables]
+    assert rows[0].equals(rows[1]) and rows[0].num_rows == 3000
+    assert rows[0].filter(pc.equal(rows[0]["id"], 1500))["amount"].to_pylist() == [Decimal("-375")]
+    states = [table.history(1)[0]["singerlake"] for table in tables]
+    assert [sorted((part["bucket"], part["rows"]) for part in state["parts"]) for state in states] == [
+        sorted((part["bucket"], part["rows"]) for part in states[1]["parts"])
+    ] * 2
+    assert len(states[0]["parts"]) == states[0]["buckets"] > 3

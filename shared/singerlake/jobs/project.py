@@ -60,10 +60,10 @@ from singerlake.jobs.runner import (
     run_stream_items,
     selected_streams,
 )
-from singerlake.jobs.staging import ARROW_BATCH_ROWS, STAGING_SCHEMA, conform, current_indices, current_rows, read_new_records
+from singerlake.jobs.staging import conform, current_indices, read_new_records
 from singerlake.lake import Lake
 from singerlake.replay.datasource import plan_files
-from singerlake.spark.session import session_of
+from singerlake.spark.session import OnDemand, session_of
 from singerlake.storage import Storage
 from singerlake.times import new_file_id
 
@@ -452,16 +452,9 @@ def project_small_streams(
 
 
 # -- large streams: buckets of keys, only the touched ones rewritten ----------------------------------
-def bucket_of(key: str, buckets: int) -> int:
-    """The bucket of a key (its ``_key`` text): stable across runs, processes and machines."""
-    return zlib.crc32(key.encode()) % buckets
-
-
-def bucket_column(buckets: int):
-    """``bucket_of`` of each row's ``_key`` as a Spark column: computed in the JVM, not row by row in Python."""
-    from pyspark.sql import functions as F
-
-    return (F.crc32(F.col("_key").cast("binary")) % F.lit(buckets)).cast("int")
+def bucket_of(key: str | bytes, buckets: int) -> int:
+    """The bucket of a key (its ``_key`` text, or that text's UTF-8 bytes): stable across runs, processes and machines."""
+    return zlib.crc32(key.encode() if isinstance(key, str) else key) % buckets
 
 
 def bucket_bytes(small_stream_bytes: int) -> int:
@@ -475,79 +468,174 @@ def bucket_count(data_bytes: int, small_stream_bytes: int) -> int:
     return 1 << max(0, wanted - 1).bit_length()
 
 
-def _read_files(storage: Storage, keys: list[str], files: list[dict], needs: dict | None, batches: Iterator[Any]) -> Iterator[Any]:
-    """Executor side: the staging rows of the planned files whose numbers are in the input."""
-    for batch in batches:
-        for number in batch.column("id").to_pylist():
-            yield from read_new_records(storage, keys, [files[number]], needs)[0].to_batches(ARROW_BATCH_ROWS)
+BLOCKS_PER_BATCH = 16  # blocks (and data files to read) per Arrow batch: each is up to a bucket's rows
 
 
-def _read_parts(storage: Storage, parts: list[dict], batches: Iterator[Any]) -> Iterator[Any]:
-    for batch in batches:
-        for number in batch.column("id").to_pylist():
-            yield from conform(read_parquet(storage, parts[number]["staging"])).to_batches()
+@dataclass
+class Layout:
+    """How a large stream's run is laid out: its buckets (None: keyless), whether they are laid out
+    anew, and its tasks: reading the new records (and, laid out anew, each previous part) and writing buckets."""
+
+    buckets: int | None
+    rebucket: bool
+    read_tasks: int
+    write_tasks: int
+
+    @property
+    def one_task(self) -> bool:
+        """One task reads and one writes (a few updated keys): a local master runs them in this process."""
+        return self.read_tasks == 1 and self.write_tasks <= 1
 
 
-def _bucket_groups(batches: Iterator[Any]) -> Iterator[tuple[int | None, Any]]:
-    """``(bucket, rows)`` for each bucket of a partition sorted by ``_bucket``, holding one bucket's rows at a time."""
+def large_layout(plan: StreamPlan, small_stream_bytes: int) -> Layout:
+    """The stream's buckets, laid out anew on its first large run and when they average more than
+    ``BUCKET_SHARE`` times their size; tasks of about a bucket's bytes each (at most one per bucket)."""
+    keyed, size = bool(plan.keys), bucket_bytes(small_stream_bytes)
+    buckets = plan.state.get("buckets") if keyed else None
+    rebucket = keyed and (not buckets or plan.bytes > buckets * size * BUCKET_SHARE)
+    if rebucket:
+        buckets = bucket_count(plan.bytes, small_stream_bytes)
+    new_bytes = sum(f["entry"]["size"] for f in plan.files)
+    read_tasks = max(1, min(len(plan.files), math.ceil(new_bytes / size))) + (len(plan.state["parts"]) if rebucket else 0)
+    write_tasks = min(buckets, max(1, math.ceil((plan.bytes if rebucket else new_bytes) / size))) if keyed else 0
+    return Layout(buckets, rebucket, read_tasks, write_tasks)
+
+
+# A block: one read task's rows of one bucket, as they cross the shuffle (SPEC.md §12). Few large
+# values instead of a row per record: the JVM moves bytes, and the rows are typed once, when read.
+BLOCKS = "_bucket long, rows binary, typed binary"
+
+
+def to_block(table) -> bytes:
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_block(data: bytes):
+    import pyarrow as pa
+
+    return pa.ipc.open_stream(data).read_all()
+
+
+def _blocks(staging, typed, buckets: int) -> Iterator[Any]:
+    """The blocks of staging rows (and their typed rows, or None): one per bucket, rows in their order."""
     import numpy as np
     import pyarrow as pa
 
+    keys = staging["_key"].cast(pa.binary()).to_pylist()
+    of = np.fromiter((bucket_of(key, buckets) for key in keys), np.int64, len(keys))
+    order = np.argsort(of, kind="stable")
+    # one take, then a slice per bucket (a take per bucket would copy the rows per bucket); Arrow takes
+    # from one chunk three times as fast as from many
+    of, take = of[order], pa.array(order)
+    staging, typed = staging.combine_chunks().take(take), None if typed is None else typed.combine_chunks().take(take)
+    starts = [0, *(np.flatnonzero(np.diff(of)) + 1).tolist()] if len(of) else []
+    for start, end in zip(starts, [*starts[1:], len(of)], strict=True):
+        block = {"_bucket": [int(of[start])], "rows": [to_block(staging.slice(start, end - start))]}
+        yield pa.RecordBatch.from_pydict(block | {"typed": [None if typed is None else to_block(typed.slice(start, end - start))]})
+
+
+def _read_blocks(storage: Storage, item: dict, files: list[dict], buckets: int, batches: Iterator[Any]) -> Iterator[Any]:
+    """Executor side: the new records of the data files numbered in the input, read and typed once, as blocks."""
+    for batch in batches:
+        chosen = [files[number] for number in batch.column("id").to_pylist()]
+        yield from _blocks(*read_new_records(storage, item["keys"], chosen, item["needs"], item["typing"]), buckets)
+
+
+def _part_blocks(storage: Storage, parts: list[dict], buckets: int, batches: Iterator[Any]) -> Iterator[Any]:
+    """Executor side (a new layout): the rows of the previous parts numbered in the input, as blocks."""
+    for batch in batches:
+        for number in batch.column("id").to_pylist():
+            yield from _blocks(conform(read_parquet(storage, parts[number]["staging"])), None, buckets)
+
+
+def _bucket_groups(batches: Iterator[Any]) -> Iterator[tuple[int, Any, Any]]:
+    """``(bucket, rows, typed)`` for each bucket of a partition sorted by ``_bucket``: its blocks joined
+    (``typed`` None unless every block has them), holding one bucket's rows at a time."""
+    import pyarrow as pa
+
+    def joined(bucket: int, blocks: list[tuple]) -> tuple:
+        typed = [t for _, t in blocks]
+        return bucket, pa.concat_tables([rows for rows, _ in blocks]), None if None in typed else pa.concat_tables(typed)
+
     current, pending = None, []
     for batch in batches:
-        buckets = batch.column("_bucket").to_numpy()
-        starts = [0, *(np.flatnonzero(np.diff(buckets)) + 1).tolist()]
-        for start, end in zip(starts, [*starts[1:], batch.num_rows], strict=True):
-            if end > start:
-                if pending and buckets[start] != current:
-                    yield current, pa.Table.from_batches(pending)
-                    pending = []
-                current = int(buckets[start])
-                pending.append(batch.slice(start, end - start))
+        for bucket, rows, typed in zip(*(batch.column(name).to_pylist() for name in ("_bucket", "rows", "typed")), strict=True):
+            if pending and bucket != current:
+                yield joined(current, pending)
+                pending = []
+            current = bucket
+            pending.append((from_block(rows), None if typed is None else from_block(typed)))
     if pending:
-        yield current, pa.Table.from_batches(pending)
+        yield joined(current, pending)
 
 
 def _write_buckets(storage: Storage, item: dict, batches: Iterator[Any]) -> Iterator[Any]:
-    """Executor side: each bucket among this partition's rows (the whole partition for a keyless stream)
-    becomes one new staging part: its current rows, from its new rows and its previous part. A part whose
-    values fit the table's column types is published at once; its description comes back as JSON.
-    Two buckets are written at a time (Parquet and zstd release the GIL), holding two buckets' rows."""
+    """Executor side: each bucket among this partition's blocks becomes one new part (``bucket_part``);
+    two are written at a time (Parquet and zstd release the GIL), holding two buckets' rows."""
+    with ThreadPoolExecutor(THREADS_PER_TASK) as pool:
+        running: collections.deque = collections.deque()
+        for group in _bucket_groups(batches):
+            running.append(pool.submit(bucket_part, storage, item, *group))
+            if len(running) == THREADS_PER_TASK:
+                yield _part_batch(running.popleft().result())
+        while running:
+            yield _part_batch(running.popleft().result())
+
+
+def _write_new_parts(storage: Storage, item: dict, files: list[dict], batches: Iterator[Any]) -> Iterator[Any]:
+    """Executor side, a keyless stream: the data files numbered in the input become one new part, unshuffled (every row is current)."""
+    for batch in batches:
+        chosen = [files[number] for number in batch.column("id").to_pylist()]
+        rows, typed = read_new_records(storage, item["keys"], chosen, item["needs"], item["typing"])
+        if rows.num_rows:
+            yield _part_batch(bucket_part(storage, item, None, rows, typed))
+
+
+def _part_batch(part: dict):
     import json
 
     import pyarrow as pa
 
-    keyed, properties = item["keyed"], item["properties"]
-    if keyed:
-        groups = _bucket_groups(batches)
-    else:
-        collected = [batch for batch in batches if batch.num_rows]
-        groups = iter([(None, pa.Table.from_batches(collected))] if collected else [])
-
-    def write(bucket: int | None, rows) -> dict:
-        parts = item["previous"].get(str(bucket), [])
-        if len(parts) == 1 and "published" in parts[0] and not item["activations"]:
-            return update_bucket(storage, item, parts[0], conform(rows)) | {"bucket": bucket}
-        previous = [read_parquet(storage, part["staging"]) for part in parts]
-        rows = pa.concat_tables([conform(table) for table in [*previous, rows]])
-        staging = apply_deletes(current_rows(rows, keyed), item["activations"], item["hard"])
-        needs = None if item["activations"] or item["needs"] is None else join_all([item["needs"], *(part["needs"] for part in parts)])
-        part = write_staging(storage, item["staging"], staging, properties, needs) | ({"bucket": bucket} if keyed else {})
-        if schema_text(properties, join_all([item["types"], part["needs"]])) == item["schema"]:
-            part = publish(storage, item["table"], part, properties, item["types"], item["csv"], staging)
-        return part
-
-    with ThreadPoolExecutor(THREADS_PER_TASK) as pool:
-        running: collections.deque = collections.deque()
-        for group in groups:
-            running.append(pool.submit(write, *group))
-            if len(running) == THREADS_PER_TASK:
-                yield pa.RecordBatch.from_pydict({"part": [json.dumps(running.popleft().result())]})
-        while running:
-            yield pa.RecordBatch.from_pydict({"part": [json.dumps(running.popleft().result())]})
+    return pa.RecordBatch.from_pydict({"part": [json.dumps(part)]})
 
 
-def update_bucket(storage: Storage, item: dict, previous: dict, rows) -> dict:
+def current_typed(rows, typed, keyed: bool, activations: list[dict], hard: bool) -> tuple:
+    """``(staging, typed)``: the current rows of staging ``rows`` with deletes applied, and their
+    published rows taken alike from ``typed`` (None when deletes change them: they are typed anew)."""
+    indices = current_indices(rows, keyed)
+    current = rows if indices is None else rows.combine_chunks().take(indices)
+    staging = apply_deletes(current, activations, hard)
+    if typed is None or activations or staging.num_rows != current.num_rows:
+        return staging, None
+    return staging, typed if indices is None else typed.combine_chunks().take(indices)
+
+
+def bucket_part(storage: Storage, item: dict, bucket: int | None, rows, typed=None) -> dict:
+    """A bucket's new part (a keyless stream's: ``bucket`` None) from its new rows (``typed``: their
+    published rows, or None) and its previous part: published at once when its values fit the
+    table's column types (``item["types"]``), else left to the driver, which publishes every part again."""
+    import pyarrow as pa
+
+    keyed, properties, activations = item["keyed"], item["properties"], item["activations"]
+    parts = item["previous"].get(str(bucket), [])
+    if len(parts) == 1 and "published" in parts[0] and not activations:
+        return update_bucket(storage, item, parts[0], conform(rows), typed) | {"bucket": bucket}
+    previous = [conform(read_parquet(storage, part["staging"])) for part in parts]
+    rows = pa.concat_tables([*previous, conform(rows)])
+    staging, typed = current_typed(rows, None if previous else typed, keyed, activations, item["hard"])
+    needs = None if activations or item["needs"] is None else join_all([item["needs"], *(part["needs"] for part in parts)])
+    part = write_staging(storage, item["staging"], staging, properties, needs) | ({"bucket": bucket} if keyed else {})
+    if schema_text(properties, join_all([item["types"], part["needs"]])) == item["schema"]:
+        part = publish(storage, item["table"], part, properties, item["types"], item["csv"], staging, published=typed)
+    return part
+
+
+def update_bucket(storage: Storage, item: dict, previous: dict, rows, typed=None) -> dict:
     """A bucket's new part from its previous part and its new rows, decoding only the new ones: the
     previous rows whose keys they update are filtered out of its staging and published files alike
     (new rows come later in position order, so they go after). Published at once when the table's
@@ -556,7 +644,7 @@ def update_bucket(storage: Storage, item: dict, previous: dict, rows) -> dict:
     import pyarrow.compute as pc
 
     properties, types = item["properties"], item["types"]
-    new = apply_deletes(current_rows(rows, True), [], item["hard"])
+    new, typed = current_typed(rows, typed, True, [], item["hard"])
     staging = conform(read_parquet(storage, previous["staging"]))
     keep = pc.invert(pc.is_in(staging["_key"], value_set=rows["_key"]))
     new_needs = item["needs"] if item["needs"] is not None else records_needs(properties, records_of(new))
@@ -565,7 +653,7 @@ def update_bucket(storage: Storage, item: dict, previous: dict, rows) -> dict:
     if schema_text(properties, join_all([types, needs])) != item["schema"]:
         return part
     kept = read_parquet(storage, f"{item['table']}/{previous['published']}").filter(keep)
-    published = pa.concat_tables([kept, typed_rows(properties, types, new)])
+    published = pa.concat_tables([kept, typed if typed is not None else typed_rows(properties, types, new)])
     return publish(storage, item["table"], part, properties, types, item["csv"], published=published)
 
 
@@ -581,35 +669,56 @@ def _arrow_batch_rows(spark, rows: int):
         spark.conf.set(key, before)
 
 
+def _run_job(spark, storage: Storage, item: dict, plan: StreamPlan, layout: Layout) -> list[dict]:
+    """The run's new parts, written by one Spark job: keyed, blocks shuffled by bucket; keyless, unshuffled."""
+    import json
+
+    parts, buckets = plan.state["parts"], layout.buckets
+    files = spark.range(len(plan.files), numPartitions=layout.read_tasks - (len(parts) if layout.rebucket else 0))
+    if item["keyed"]:  # blocks of one bucket together, in one task: 10 updated keys are one task, not one per bucket
+        blocks = files.mapInArrow(functools.partial(_read_blocks, storage, item, plan.files, buckets), BLOCKS)
+        if layout.rebucket and parts:
+            previous = spark.range(len(parts), numPartitions=len(parts))
+            blocks = blocks.unionByName(previous.mapInArrow(functools.partial(_part_blocks, storage, parts, buckets), BLOCKS))
+        blocks = blocks.repartition(layout.write_tasks, "_bucket").sortWithinPartitions("_bucket")
+        frame = blocks.mapInArrow(functools.partial(_write_buckets, storage, item), "part string")
+    else:
+        frame = files.mapInArrow(functools.partial(_write_new_parts, storage, item, plan.files), "part string")
+    with _arrow_batch_rows(spark, BLOCKS_PER_BATCH):
+        return [json.loads(row["part"]) for row in frame.collect()]
+
+
+def _run_here(storage: Storage, item: dict, files: list[dict], buckets: int | None) -> list[dict]:
+    """The run's new parts, when one task reads and one writes on a local master: the same two tasks,
+    run in this process (no JVM started, as ``runner.run_items`` does for small streams)."""
+    import json
+
+    import pyarrow as pa
+
+    ids = iter(pa.table({"id": pa.array(range(len(files)), pa.int64())}).to_batches(BLOCKS_PER_BATCH))
+    if item["keyed"]:
+        blocks = sorted(_read_blocks(storage, item, files, buckets, ids), key=lambda block: block["_bucket"][0].as_py())
+        batches = _write_buckets(storage, item, iter(blocks))
+    else:
+        batches = _write_new_parts(storage, item, files, ids)
+    return [json.loads(batch["part"][0].as_py()) for batch in batches]
+
+
 def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str], small_stream_bytes: int = SMALL_STREAM_BYTES) -> dict:
     """A large stream in one Spark job (two when parts must be published again). Keyed: the new rows
     are shuffled by bucket, and each touched bucket's previous part and new rows become its new part;
     untouched buckets stay. The buckets are laid out anew (every part read once) on the stream's first
     large run and when they average more than ``BUCKET_SHARE`` times their size. Keyless: the new rows are new parts."""
-    import json
 
     storage, properties, parts, keyed = lake.storage, plan.properties, plan.state["parts"], bool(plan.keys)
-    buckets = plan.state.get("buckets") if keyed else None
-    rebucket = keyed and (not buckets or plan.bytes > buckets * bucket_bytes(small_stream_bytes) * BUCKET_SHARE)
-    if rebucket:
-        buckets = bucket_count(plan.bytes, small_stream_bytes)
-    new = spark.range(len(plan.files), numPartitions=max(1, len(plan.files)))
-    rows = new.mapInArrow(functools.partial(_read_files, storage, plan.keys, plan.files, plan.needs), STAGING_SCHEMA)
-    if rebucket and parts:
-        previous = spark.range(len(parts), numPartitions=len(parts))
-        rows = rows.unionByName(previous.mapInArrow(functools.partial(_read_parts, storage, parts), STAGING_SCHEMA))
-    new_bytes = sum(f["entry"]["size"] for f in plan.files)
-    tasks = max(1, math.ceil((plan.bytes if rebucket else new_bytes) / bucket_bytes(small_stream_bytes)))  # a bucket's size each
-    if keyed:  # one bucket's rows together, in one task: 10 updated keys are one task, not one per bucket
-        rows = rows.withColumn("_bucket", bucket_column(buckets)).repartition(min(tasks, buckets), "_bucket")
-        rows = rows.sortWithinPartitions("_bucket")
-    else:
-        rows = rows.repartition(tasks)
+    layout = large_layout(plan, small_stream_bytes)
+    buckets, rebucket = layout.buckets, layout.rebucket
     by_bucket: dict[str, list[dict]] = {}
     for part in parts if keyed and not rebucket else []:
         by_bucket.setdefault(str(part["bucket"]), []).append(part)
     item = {
         "keyed": keyed,
+        "keys": plan.keys,
         "properties": properties,
         "previous": by_bucket,
         "staging": plan.staging,
@@ -627,9 +736,12 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str]
     if item["needs"] is not None and not plan.activations and (rebucket or not keyed):
         expected = run_types([{"needs": join_all([plan.state["types"], item["needs"]])}], properties, plan.state["types"])
         item |= {"types": expected, "schema": schema_text(properties, expected)}
-    write = functools.partial(_write_buckets, storage, item)
-    with _arrow_batch_rows(spark, ARROW_BATCH_ROWS):
-        written = [json.loads(row["part"]) for row in rows.mapInArrow(write, "part string").collect()]
+    typing = plan.needs is not None and not plan.activations  # the new records are typed as they are read
+    item["typing"] = (table_properties(properties, item["types"]), item["types"]) if typing else None
+    if isinstance(spark, OnDemand) and spark.in_process and layout.one_task:
+        written = _run_here(storage, item, plan.files, buckets)
+    else:
+        written = _run_job(session_of(spark), storage, item, plan, layout)
     touched = {part.get("bucket") for part in written}
     replaced = list(parts) if rebucket else [part for part in parts if keyed and part.get("bucket") in touched]
     gone = {part["staging"] for part in replaced}
@@ -718,7 +830,8 @@ def project(
     small = [plan for plan in pending if not is_large(plan)]
     written = project_small_streams(lake, spark, small, formats, found, progress, part_rows)
     large = {(plan.tap_id, plan.stream): plan for plan in pending if is_large(plan)}
-    spark = session_of(spark) if large else spark  # started here: a failed start is the run's error, not a stream's
+    if any(not large_layout(plan, small_stream_bytes).one_task for plan in large.values()):
+        spark = session_of(spark)  # started here: a failed start is the run's error, not a stream's
     run_large = lambda tap, name: project_large_stream(lake, spark, large[(tap, name)], formats, small_stream_bytes)  # noqa: E731
     written |= for_each_stream(list(large), run_large, found, 1)
     committed = for_each_stream(list(written), lambda tap, name: commit_run(lake, plans[(tap, name)], written[(tap, name)]), found)
