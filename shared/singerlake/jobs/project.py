@@ -60,7 +60,7 @@ from singerlake.jobs.runner import (
     run_stream_items,
     selected_streams,
 )
-from singerlake.jobs.staging import conform, current_indices, read_new_records
+from singerlake.jobs.staging import READ_THREADS, conform, current_indices, read_new_records
 from singerlake.lake import Lake
 from singerlake.replay.datasource import plan_files
 from singerlake.spark.session import OnDemand, session_of
@@ -542,8 +542,10 @@ def _blocks(staging, typed, buckets: int) -> Iterator[Any]:
 def _read_blocks(storage: Storage, item: dict, files: list[dict], buckets: int, batches: Iterator[Any]) -> Iterator[Any]:
     """Executor side: the new records of the data files numbered in the input, read and typed once, as blocks."""
     for batch in batches:
-        chosen = [files[number] for number in batch.column("id").to_pylist()]
-        yield from _blocks(*read_new_records(storage, item["keys"], chosen, item["needs"], item["typing"]), buckets)
+        numbers = batch.column("id").to_pylist()
+        for start in range(0, len(numbers), READ_THREADS):  # a few files at a time: memory holds their rows only
+            chosen = [files[number] for number in numbers[start : start + READ_THREADS]]
+            yield from _blocks(*read_new_records(storage, item["keys"], chosen, item["needs"], item["typing"]), buckets)
 
 
 def _part_blocks(storage: Storage, parts: list[dict], buckets: int, batches: Iterator[Any]) -> Iterator[Any]:
@@ -574,14 +576,14 @@ def _bucket_groups(batches: Iterator[Any]) -> Iterator[tuple[int, Any, Any]]:
         yield joined(current, pending)
 
 
-def _write_buckets(storage: Storage, item: dict, batches: Iterator[Any]) -> Iterator[Any]:
-    """Executor side: each bucket among this partition's blocks becomes one new part (``bucket_part``);
-    two are written at a time (Parquet and zstd release the GIL), holding two buckets' rows."""
-    with ThreadPoolExecutor(THREADS_PER_TASK) as pool:
+def _write_buckets(storage: Storage, item: dict, threads: int, batches: Iterator[Any]) -> Iterator[Any]:
+    """Executor side: each bucket among this partition's blocks becomes one new part (``bucket_part``),
+    ``threads`` at a time (Parquet and zstd release the GIL), holding that many buckets' rows."""
+    with ThreadPoolExecutor(threads) as pool:
         running: collections.deque = collections.deque()
         for group in _bucket_groups(batches):
             running.append(pool.submit(bucket_part, storage, item, *group))
-            if len(running) == THREADS_PER_TASK:
+            if len(running) == threads:
                 yield _part_batch(running.popleft().result())
         while running:
             yield _part_batch(running.popleft().result())
@@ -681,7 +683,9 @@ def _run_job(spark, storage: Storage, item: dict, plan: StreamPlan, layout: Layo
             previous = spark.range(len(parts), numPartitions=len(parts))
             blocks = blocks.unionByName(previous.mapInArrow(functools.partial(_part_blocks, storage, parts, buckets), BLOCKS))
         blocks = blocks.repartition(layout.write_tasks, "_bucket").sortWithinPartitions("_bucket")
-        frame = blocks.mapInArrow(functools.partial(_write_buckets, storage, item), "part string")
+        # several write tasks run side by side already: each writes one bucket at a time, so memory holds one per core
+        threads = 1 if layout.write_tasks > 1 else THREADS_PER_TASK
+        frame = blocks.mapInArrow(functools.partial(_write_buckets, storage, item, threads), "part string")
     else:
         frame = files.mapInArrow(functools.partial(_write_new_parts, storage, item, plan.files), "part string")
     with _arrow_batch_rows(spark, BLOCKS_PER_BATCH):
@@ -698,7 +702,7 @@ def _run_here(storage: Storage, item: dict, files: list[dict], buckets: int | No
     ids = iter(pa.table({"id": pa.array(range(len(files)), pa.int64())}).to_batches(BLOCKS_PER_BATCH))
     if item["keyed"]:
         blocks = sorted(_read_blocks(storage, item, files, buckets, ids), key=lambda block: block["_bucket"][0].as_py())
-        batches = _write_buckets(storage, item, iter(blocks))
+        batches = _write_buckets(storage, item, THREADS_PER_TASK, iter(blocks))
     else:
         batches = _write_new_parts(storage, item, files, ids)
     return [json.loads(batch["part"][0].as_py()) for batch in batches]

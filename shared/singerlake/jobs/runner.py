@@ -88,15 +88,15 @@ def run_items(
     if not items:
         return []
     tasks = max(1, math.ceil(len(items) / items_per_task))
+    table = pa.table({"seq": pa.array(range(len(items)), pa.int64()), "item": pa.array([json.dumps(i) for i in items], pa.string())})
     if tasks == 1 and isinstance(spark, OnDemand) and spark.in_process:
-        with ThreadPoolExecutor(threads) as pool:
-            results = list(pool.map(functools.partial(_run_item, work), map(json.dumps, items)))
+        batches = _run_partition(work, threads, iter(table.to_batches()))
+        results = [result for batch in batches for result in batch.column("result").to_pylist()]
         if progress:
             progress.show(len(items), len(items), sum(sizes or []), sum(sizes or []))
             progress.done()
         return list(map(json.loads, results))
     spark = session_of(spark)
-    table = pa.table({"seq": pa.array(range(len(items)), pa.int64()), "item": pa.array([json.dumps(i) for i in items], pa.string())})
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(math.ceil(len(items) / tasks)))
     frame = spark.createDataFrame(table).mapInArrow(lambda batches: _run_partition(work, threads, batches), result_schema(**RESULT_COLUMNS))
     watcher = _Watcher(spark, progress, len(items), sizes or [0] * len(items), tasks) if progress and progress.enabled else None

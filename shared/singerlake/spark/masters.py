@@ -10,7 +10,12 @@ from singerlake.errors import ConfigError
 
 def is_local_master(master: str) -> bool:
     """local, local[N], local-cluster[...]: executors on this machine, sharing its disk and Python."""
-    return master == "local" or master.startswith(("local[", "local-cluster["))
+    return is_in_process_master(master) or master.startswith("local-cluster[")
+
+
+def is_in_process_master(master: str) -> bool:
+    """local, local[N]: executors are threads of the driver's own JVM (local-cluster's are processes of their own)."""
+    return master == "local" or master.startswith("local[")
 
 
 def resolve_master(master: str | None, remote: str | None) -> tuple[str, str | None]:

@@ -18,7 +18,7 @@ from typing import Any
 from singerlake.errors import ConfigError, SingerlakeError
 from singerlake.spark.java import ensure_java
 from singerlake.spark.jvm_cache import cds_java_options
-from singerlake.spark.masters import is_local_master, resolve_master
+from singerlake.spark.masters import is_in_process_master, is_local_master, resolve_master
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +250,7 @@ class OnDemand:
     def __init__(self, factory, master: str | None, remote: str | None = None):
         self._factory = factory
         master, remote = resolve_master(master, remote)
-        self.in_process = remote is None and (master == "local" or master.startswith("local["))
+        self.in_process = remote is None and is_in_process_master(master)
         self._session = None
         self._lock = threading.Lock()
 
