@@ -60,7 +60,7 @@ from singerlake.jobs.runner import (
     run_stream_items,
     selected_streams,
 )
-from singerlake.jobs.staging import READ_THREADS, conform, current_indices, read_new_records
+from singerlake.jobs.staging import conform, current_indices, read_new_records
 from singerlake.lake import Lake
 from singerlake.replay.datasource import plan_files
 from singerlake.spark.session import OnDemand, session_of
@@ -68,9 +68,10 @@ from singerlake.storage import Storage
 from singerlake.times import new_file_id
 
 SMALL_STREAM_BYTES = 64 << 20  # stored (gzipped) bytes; decoded rows take several times that in memory
-# A large stream's buckets start at an eighth of the small-stream size; when they average more than
-# the whole size the stream is re-bucketed, so one bucket never costs an executor more than a small stream.
-BUCKET_SHARE = 8
+# A large stream's buckets start at a sixteenth of the small-stream size (small enough that an update
+# rewrites little, and a write task holds little); when they average more than the whole size the
+# stream is re-bucketed, so one bucket never costs an executor more than a small stream.
+BUCKET_SHARE = 16
 MIN_BUCKET_BYTES = 1 << 10
 STREAMS_PER_TASK = 16
 PART_ROWS = 1 << 18  # a small stream's new rows are parts of at most this many: an update rewrites the parts holding its keys
@@ -510,7 +511,7 @@ def to_block(table) -> bytes:
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
+    with pa.ipc.new_stream(sink, table.schema) as writer:  # uncompressed: Spark's shuffle compresses, Arrow's lz4 costs 20x more per block
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
 
@@ -541,11 +542,9 @@ def _blocks(staging, typed, buckets: int) -> Iterator[Any]:
 
 def _read_blocks(storage: Storage, item: dict, files: list[dict], buckets: int, batches: Iterator[Any]) -> Iterator[Any]:
     """Executor side: the new records of the data files numbered in the input, read and typed once, as blocks."""
-    for batch in batches:
-        numbers = batch.column("id").to_pylist()
-        for start in range(0, len(numbers), READ_THREADS):  # a few files at a time: memory holds their rows only
-            chosen = [files[number] for number in numbers[start : start + READ_THREADS]]
-            yield from _blocks(*read_new_records(storage, item["keys"], chosen, item["needs"], item["typing"]), buckets)
+    for batch in batches:  # a read task's files: about a bucket's bytes
+        chosen = [files[number] for number in batch.column("id").to_pylist()]
+        yield from _blocks(*read_new_records(storage, item["keys"], chosen, item["needs"], item["typing"]), buckets)
 
 
 def _part_blocks(storage: Storage, parts: list[dict], buckets: int, batches: Iterator[Any]) -> Iterator[Any]:
@@ -561,6 +560,9 @@ def _bucket_groups(batches: Iterator[Any]) -> Iterator[tuple[int, Any, Any]]:
     import pyarrow as pa
 
     def joined(bucket: int, blocks: list[tuple]) -> tuple:
+        # Blocks in the order of their first rows: each read task's rows are in position order and
+        # its files follow another's, so a bucket's rows are too and need no sort (``current_indices``)
+        blocks.sort(key=lambda block: (block[0]["_singerlake_commit"][0].as_py(), block[0]["_singerlake_index"][0].as_py()))
         typed = [t for _, t in blocks]
         return bucket, pa.concat_tables([rows for rows, _ in blocks]), None if None in typed else pa.concat_tables(typed)
 
