@@ -2,7 +2,8 @@
 command runs it, each with its own argv, stdin, return code, stdout and stderr (everything written to the
 process's fds 1 and 2 meanwhile, the JVM's output too). The Spark session is not stopped between commands
 (``spark_session`` finds it again), so commands in a row pay for one JVM start (and, on local-cluster, one
-cluster start) instead of one each."""
+cluster start) instead of one each. ``python`` runs a driver script there too, as ``python -c`` would, on that
+same session."""
 
 from __future__ import annotations
 
