@@ -2,7 +2,8 @@
 command runs it, each with its own argv, stdin, return code, stdout and stderr (everything written to the
 process's fds 1 and 2 meanwhile, the JVM's output too). The Spark session is not stopped between commands
 (``spark_session`` finds it again), so commands in a row pay for one JVM start (and, on local-cluster, one
-cluster start) instead of one each."""
+cluster start) instead of one each. ``python`` runs a driver script there too, as ``python -c`` would, on that
+same session."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import threading
 # (which inherit them) write there too; a command's output is what was added to them while it ran, as it
 # would be all of its process's output. Results go back on a copy of the original stdout.
 _SESSION = """
-import io, json, os, sys
+import io, json, os, sys, traceback
 
 commands, results = sys.stdin, os.fdopen(os.dup(1), "w")
 outputs = sys.argv[1:3]
@@ -41,7 +42,18 @@ for line in commands:
     offsets = [os.path.getsize(path) for path in outputs]
     sys.stdin = io.StringIO(request["input"])
     try:
-        code = main(request["argv"])
+        if "python" in request:  # a script, as python -c would run it, with this process's Spark session
+            sys.argv = ["-c", *request["argv"]]
+            try:
+                exec(compile(request["python"], "<cli-session script>", "exec"), {"__name__": "__main__"})
+                code = 0
+            except SystemExit:
+                raise
+            except Exception:  # as python -c: the traceback on stderr, exit 1
+                traceback.print_exc()
+                code = 1
+        else:
+            code = main(request["argv"])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
@@ -74,7 +86,16 @@ class CliSession:
 
     def run(self, *argv: str, input: str = "") -> subprocess.CompletedProcess:
         """One command; ``input`` is its stdin (not a terminal, as a pipe)."""
-        self.proc.stdin.write(json.dumps({"argv": list(argv), "input": input}) + "\n")
+        return self._request({"argv": list(argv), "input": input}, "singerlake", argv[0])
+
+    def python(self, script: str, *argv: str) -> subprocess.CompletedProcess:
+        """``subprocess.run([python, "-c", script, *argv])`` (text, output captured), in the session's process: a
+        ``spark_session`` there finds the session (and the executors) the commands before it started."""
+        return self._request({"python": script, "argv": list(argv), "input": ""}, "python", "-c")
+
+    def _request(self, request: dict, program: str, name: str) -> subprocess.CompletedProcess:
+        argv = request["argv"] if program == "singerlake" else ["-c", *request["argv"]]
+        self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         try:
             result = self.results.get(timeout=GUARD_S)
@@ -82,8 +103,8 @@ class CliSession:
             result = None
         if result is None:
             with open(f"{self.outputs}/stderr", errors="replace") as handle:
-                raise AssertionError(f"singerlake {argv[0]}: no answer; stderr:\n{(''.join(self.stderr) + handle.read())[-3000:]}")
-        return subprocess.CompletedProcess(["singerlake", *argv], result["returncode"], result["stdout"], result["stderr"])
+                raise AssertionError(f"{program} {name}: no answer; stderr:\n{(''.join(self.stderr) + handle.read())[-3000:]}")
+        return subprocess.CompletedProcess([program, *argv], result["returncode"], result["stdout"], result["stderr"])
 
     def close(self) -> None:
         self.proc.stdin.close()

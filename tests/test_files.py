@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -659,13 +660,19 @@ def check_nothing_half_visible(
         assert record["id"] in by_work, "found by its work id"
         for d in range((record["start"] - first_ms) // DAY, (record["end"] - first_ms) // DAY + 1):
             assert record["id"] in by_day[d], f"found on day {d} of its span"
-    for record in random.sample(visible, min(fetch_at_most, len(visible))):
-        committed = lake.file_record(record["id"])  # fetchable: its record names a committed push
-        assert committed["key"] == record["key"]
 
+    def fetched(record: dict) -> tuple[dict, bytes]:
+        committed = lake.file_record(record["id"])  # fetchable: its record names a committed push
         copy = io.BytesIO()
         copy_verified(storage, committed, copy)
-        assert copy.getvalue() == files[record["path"]]
+        return committed, copy.getvalue()
+
+    # Fetched 8 at a time (each is a few S3 round trips), every one checked.
+    sample = random.sample(visible, min(fetch_at_most, len(visible)))
+    with ThreadPoolExecutor(8) as pool:
+        for record, (committed, data) in zip(sample, pool.map(fetched, sample), strict=True):
+            assert committed["key"] == record["key"]
+            assert data == files[record["path"]]
     assert set().union(*by_day) <= set(ids) and by_work <= set(ids), "no query finds what the others miss"
     newest = lake.latest_file("batch")
     assert (newest["id"] if newest else None) in (expected_latest(visible, "batch", "") or {None}), "latest is a visible file"

@@ -236,12 +236,14 @@ print(json.dumps(counts))
 """
 
 
-def read_with_datasource(lake_config: dict, where: dict) -> dict[str, int]:
-    """Distinct ids per stream, read by the data source and Spark SQL on the cluster, from a separate driver."""
+def read_with_datasource(lake_config: dict, where: dict, cli: CliSession) -> dict[str, int]:
+    """Distinct ids per stream, read by the data source and Spark SQL on the cluster, from a driver script (not the CLI).
+
+    The script runs in ``cli``'s process, after its commands: its ``spark_session`` finds their Spark application
+    (driver, executors with the core shipped and probed) instead of starting one more.
+    """
     argument = json.dumps([{**lake_config, "tap_id": TAP}, where, list(STREAMS)])
-    result = subprocess.run(
-        [sys.executable, "-c", DATASOURCE_SCRIPT, argument], capture_output=True, text=True, env=driver_env(), timeout=600
-    )
+    result = cli.python(DATASOURCE_SCRIPT, argument)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -269,13 +271,14 @@ def land_replay_and_run_jobs(
     s3 = ["--s3-endpoint-url", lake_config["s3_endpoint_url"], "--s3-region", lake_config["s3_region"]]
     root = lake_config["lake_root"]
     # The jobs as one user session runs them: main() once per command in one process, so one Spark application
-    # (one driver and one set of executors) serves all five instead of one each (tests/cli_session.py).
+    # (one driver and one set of executors) serves all five, and then the data source's read, instead of one each
+    # (tests/cli_session.py).
     with CliSession(driver_env()) as cli:
         for job in (["verify"], ["repair"], ["compact", "--target-size-mib", "64"], ["project", "--formats", "parquet"], ["verify"]):
             result = cli.run(*job, root, *s3, *cli_where, "--json")
             assert result.returncode == 0, f"singerlake {job[0]} on the cluster: exit {result.returncode}\n{result.stderr[-3000:]}"
             assert "Traceback" not in result.stderr
-    counts = read_with_datasource(lake_config, where)
+        counts = read_with_datasource(lake_config, where, cli)
     assert counts == {stream: len(lines) for stream, lines in small_input.per_stream.items()}, "the data source on the cluster"
     compacted = Lake.open(root, **{k: lake_config[f"s3_{k}"] for k in ("endpoint_url", "access_key_id", "secret_access_key", "region")})
     for stream in STREAMS:
