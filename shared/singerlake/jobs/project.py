@@ -475,17 +475,19 @@ BLOCKS_PER_BATCH = 16  # blocks (and data files to read) per Arrow batch: each i
 @dataclass
 class Layout:
     """How a large stream's run is laid out: its buckets (None: keyless), whether they are laid out
-    anew, and its tasks: reading the new records (and, laid out anew, each previous part) and writing buckets."""
+    anew, and its tasks: reading the new records, reading the previous parts (laid out anew: one
+    each), writing buckets."""
 
     buckets: int | None
     rebucket: bool
     read_tasks: int
+    part_tasks: int
     write_tasks: int
 
     @property
     def one_task(self) -> bool:
         """One task reads and one writes (a few updated keys): a local master runs them in this process."""
-        return self.read_tasks == 1 and self.write_tasks <= 1
+        return self.read_tasks == 1 and not self.part_tasks and self.write_tasks <= 1
 
 
 def large_layout(plan: StreamPlan, small_stream_bytes: int) -> Layout:
@@ -497,9 +499,9 @@ def large_layout(plan: StreamPlan, small_stream_bytes: int) -> Layout:
     if rebucket:
         buckets = bucket_count(plan.bytes, small_stream_bytes)
     new_bytes = sum(f["entry"]["size"] for f in plan.files)
-    read_tasks = max(1, min(len(plan.files), math.ceil(new_bytes / size))) + (len(plan.state["parts"]) if rebucket else 0)
+    read_tasks = max(1, min(len(plan.files), math.ceil(new_bytes / size)))
     write_tasks = min(buckets, max(1, math.ceil((plan.bytes if rebucket else new_bytes) / size))) if keyed else 0
-    return Layout(buckets, rebucket, read_tasks, write_tasks)
+    return Layout(buckets, rebucket, read_tasks, len(plan.state["parts"]) if rebucket else 0, write_tasks)
 
 
 # A block: one read task's rows of one bucket, as they cross the shuffle (SPEC.md §12). Few large
@@ -678,11 +680,11 @@ def _run_job(spark, storage: Storage, item: dict, plan: StreamPlan, layout: Layo
     import json
 
     parts, buckets = plan.state["parts"], layout.buckets
-    files = spark.range(len(plan.files), numPartitions=layout.read_tasks - (len(parts) if layout.rebucket else 0))
+    files = spark.range(len(plan.files), numPartitions=layout.read_tasks)
     if item["keyed"]:  # blocks of one bucket together, in one task: 10 updated keys are one task, not one per bucket
         blocks = files.mapInArrow(functools.partial(_read_blocks, storage, item, plan.files, buckets), BLOCKS)
-        if layout.rebucket and parts:
-            previous = spark.range(len(parts), numPartitions=len(parts))
+        if layout.part_tasks:
+            previous = spark.range(len(parts), numPartitions=layout.part_tasks)
             blocks = blocks.unionByName(previous.mapInArrow(functools.partial(_part_blocks, storage, parts, buckets), BLOCKS))
         blocks = blocks.repartition(layout.write_tasks, "_bucket").sortWithinPartitions("_bucket")
         # several write tasks run side by side already: each writes one bucket at a time, so memory holds one per core
