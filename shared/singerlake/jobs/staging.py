@@ -259,16 +259,10 @@ def by_position(table):
     return table.sort_by([("_singerlake_commit", "ascending"), ("_singerlake_index", "ascending")])
 
 
-def current_rows(table, keyed: bool):
-    """The latest row per ``_key``: by commit, then record time (a row without one loses), then position.
-    Rows come out in position order. Without key properties every row is current."""
-    rows = current_indices(table, keyed)
-    return table if rows is None else table.take(rows)
-
-
 def current_indices(table, keyed: bool):
-    """The indices of ``current_rows`` in ``table``; None when they are all its rows in their order.
-    Only the small columns are sorted: the records are taken once, at the end."""
+    """The indices of the current rows in ``table``, in position order: the latest row per ``_key`` by
+    commit, then record time (a row without one loses), then position; without key properties every
+    row. None when they are all its rows in their order. Only the small columns are sorted."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
