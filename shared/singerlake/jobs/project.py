@@ -63,7 +63,7 @@ from singerlake.jobs.runner import (
 from singerlake.jobs.staging import conform, current_indices, read_new_records
 from singerlake.lake import Lake
 from singerlake.replay.datasource import plan_files
-from singerlake.spark.session import OnDemand, session_of
+from singerlake.spark.session import runs_here, session_of
 from singerlake.storage import Storage
 from singerlake.times import new_file_id
 
@@ -746,7 +746,7 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str]
         item |= {"types": expected, "schema": schema_text(properties, expected)}
     typing = plan.needs is not None and not plan.activations  # the new records are typed as they are read
     item["typing"] = (table_properties(properties, item["types"]), item["types"]) if typing else None
-    if isinstance(spark, OnDemand) and spark.in_process and layout.one_task:
+    if runs_here(spark, layout.one_task):
         written = _run_here(storage, item, plan.files, buckets)
     else:
         written = _run_job(session_of(spark), storage, item, plan, layout)

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from singerlake.errors import SingerlakeError, one_line
 from singerlake.spark.results import result_batch, result_schema
-from singerlake.spark.session import OnDemand, session_of
+from singerlake.spark.session import runs_here, session_of
 
 RESULT_COLUMNS = {"seq": "long", "result": "string"}
 ITEMS_PER_TASK = 64
@@ -89,7 +89,7 @@ def run_items(
         return []
     tasks = max(1, math.ceil(len(items) / items_per_task))
     table = pa.table({"seq": pa.array(range(len(items)), pa.int64()), "item": pa.array([json.dumps(i) for i in items], pa.string())})
-    if tasks == 1 and isinstance(spark, OnDemand) and spark.in_process:
+    if runs_here(spark, tasks == 1):
         batches = _run_partition(work, threads, iter(table.to_batches()))
         results = [result for batch in batches for result in batch.column("result").to_pylist()]
         if progress:

@@ -261,6 +261,11 @@ class OnDemand:
             return self._session
 
 
+def runs_here(spark, one_task: bool) -> bool:
+    """Whether a job of ``one_task`` runs in this process: ``spark`` an ``OnDemand`` session not started, of a local master."""
+    return one_task and isinstance(spark, OnDemand) and spark.in_process
+
+
 def session_of(spark):
     """The SparkSession of ``spark``: itself, or an ``OnDemand``'s, started now."""
     return spark() if isinstance(spark, OnDemand) else spark
