@@ -60,7 +60,7 @@ from singerlake.jobs.runner import (
     run_stream_items,
     selected_streams,
 )
-from singerlake.jobs.staging import conform, current_indices, read_new_records
+from singerlake.jobs.staging import CPU_THREADS, conform, current_indices, read_new_records
 from singerlake.lake import Lake
 from singerlake.replay.datasource import plan_files
 from singerlake.spark.session import runs_here, session_of
@@ -76,7 +76,6 @@ MIN_BUCKET_BYTES = 1 << 10
 STREAMS_PER_TASK = 16
 PART_ROWS = 1 << 18  # a small stream's new rows are parts of at most this many: an update rewrites the parts holding its keys
 PARQUET = {"compression": "zstd", "use_dictionary": False}  # mostly unique values: a dictionary costs more than it saves (SPEC §12)
-THREADS_PER_TASK = 2  # a small stream's work is mostly Python (JSON, rows): more threads only hold more memory
 FORMATS = ("delta", "csv", "iceberg")
 SDC_DELETED_AT = "_sdc_deleted_at"
 DELETED_AT = {"type": ["string", "null"], "format": "date-time"}  # the column soft deletes add when the schema has none
@@ -407,7 +406,7 @@ def project_on_executor(storage: Storage, item: dict) -> dict:
         typed = None
     new_needs = None if activations else item["needs"]  # the files' statistics: not the deletion times activations add
     write = functools.partial(write_staging, storage, item["staging"], properties=properties)
-    with ThreadPoolExecutor(THREADS_PER_TASK) as pool:  # Parquet and zstd release the GIL
+    with ThreadPoolExecutor(CPU_THREADS) as pool:  # Parquet and zstd release the GIL
         written = list(pool.map(lambda rows: (write(staging=rows, needs=None), rows, None), [t for t in fresh if t.num_rows]))
         slices = [
             (new.slice(start, item["part_rows"]), None if typed is None else typed.slice(start, item["part_rows"]))
@@ -419,7 +418,7 @@ def project_on_executor(storage: Storage, item: dict) -> dict:
     overwrite = schema != item["schema"]
     publish_part = functools.partial(publish, storage, item["table"], properties=properties, types=types, csv=item["csv"])
     same = typing is not None and typing[1] == types  # else the new rows are typed again
-    with ThreadPoolExecutor(THREADS_PER_TASK) as pool:
+    with ThreadPoolExecutor(CPU_THREADS) as pool:
         kept = list(pool.map(publish_part, kept)) if overwrite else kept
         added = list(pool.map(lambda w: publish_part(w[0], staging=w[1], published=w[2] if same else None), written))
         added += list(pool.map(lambda t: publish_part(t[0], published=None if overwrite else t[1]), trimmed))
@@ -447,7 +446,7 @@ def project_small_streams(
 ) -> dict:
     items = [_work_item(plan, formats) | {"part_rows": part_rows} for plan in plans]
     work = functools.partial(project_on_executor, lake.storage)
-    options = {"items_per_task": STREAMS_PER_TASK, "threads": THREADS_PER_TASK, "sizes": [plan.bytes for plan in plans]}
+    options = {"items_per_task": STREAMS_PER_TASK, "threads": CPU_THREADS, "sizes": [plan.bytes for plan in plans]}
     results = run_stream_items(spark, items, work, failures, progress, **options)
     return {(plan.tap_id, plan.stream): result for plan, result in zip(plans, results, strict=True) if result is not None}
 
@@ -513,7 +512,7 @@ def to_block(table) -> bytes:
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
-    # lz4: the JVM then moves a third of the bytes (a 10M first run: 92 -> 86 s, its JVM 707 -> 519 MiB)
+    # lz4: the JVM then moves a third of the bytes (a 10M first run: 3.8 -> 1.4 GB; its JVM at most 707 -> 519 MiB)
     with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
@@ -684,7 +683,7 @@ def _run_job(spark, storage: Storage, item: dict, plan: StreamPlan, layout: Layo
             blocks = blocks.unionByName(previous.mapInArrow(functools.partial(_part_blocks, storage, parts, buckets), BLOCKS))
         blocks = blocks.repartition(layout.write_tasks, "_bucket")
         # several write tasks run side by side already: each writes one bucket at a time, so memory holds one per core
-        threads = 1 if layout.write_tasks > 1 else THREADS_PER_TASK
+        threads = 1 if layout.write_tasks > 1 else CPU_THREADS
         frame = blocks.mapInArrow(functools.partial(_write_buckets, storage, item, threads), "part string")
     else:
         frame = files.mapInArrow(functools.partial(_write_new_parts, storage, item, plan.files), "part string")
@@ -701,20 +700,19 @@ def _run_here(storage: Storage, item: dict, files: list[dict], buckets: int | No
 
     ids = iter(pa.table({"id": pa.array(range(len(files)), pa.int64())}).to_batches(BLOCKS_PER_BATCH))
     if item["keyed"]:
-        batches = _write_buckets(storage, item, THREADS_PER_TASK, _read_blocks(storage, item, files, buckets, ids))
+        batches = _write_buckets(storage, item, CPU_THREADS, _read_blocks(storage, item, files, buckets, ids))
     else:
         batches = _write_new_parts(storage, item, files, ids)
     return [json.loads(batch["part"][0].as_py()) for batch in batches]
 
 
-def project_large_stream(lake: Lake, spark, plan: StreamPlan, formats: list[str], small_stream_bytes: int = SMALL_STREAM_BYTES) -> dict:
+def project_large_stream(lake: Lake, spark, plan: StreamPlan, layout: Layout, formats: list[str]) -> dict:
     """A large stream in one Spark job (two when parts must be published again). Keyed: the new rows
     are shuffled by bucket, and each touched bucket's previous part and new rows become its new part;
     untouched buckets stay. The buckets are laid out anew (every part read once) on the stream's first
     large run and when they average more than ``BUCKET_SHARE`` times their size. Keyless: the new rows are new parts."""
 
     storage, properties, parts, keyed = lake.storage, plan.properties, plan.state["parts"], bool(plan.keys)
-    layout = large_layout(plan, small_stream_bytes)
     buckets, rebucket = layout.buckets, layout.rebucket
     by_bucket: dict[str, list[dict]] = {}
     for part in parts if keyed and not rebucket else []:
@@ -832,10 +830,10 @@ def project(
     is_large = lambda plan: plan.bytes > small_stream_bytes or "buckets" in plan.state  # noqa: E731  (bucketed: stays large)
     small = [plan for plan in pending if not is_large(plan)]
     written = project_small_streams(lake, spark, small, formats, found, progress, part_rows)
-    large = {(plan.tap_id, plan.stream): plan for plan in pending if is_large(plan)}
-    if any(not large_layout(plan, small_stream_bytes).one_task for plan in large.values()):
+    large = {(plan.tap_id, plan.stream): (plan, large_layout(plan, small_stream_bytes)) for plan in pending if is_large(plan)}
+    if any(not layout.one_task for _, layout in large.values()):
         spark = session_of(spark)  # started here: a failed start is the run's error, not a stream's
-    run_large = lambda tap, name: project_large_stream(lake, spark, large[(tap, name)], formats, small_stream_bytes)  # noqa: E731
+    run_large = lambda tap, name: project_large_stream(lake, spark, *large[(tap, name)], formats)  # noqa: E731
     written |= for_each_stream(list(large), run_large, found, 1)
     committed = for_each_stream(list(written), lambda tap, name: commit_run(lake, plans[(tap, name)], written[(tap, name)]), found)
     if catalog is not None:  # after the Delta commits; also streams with nothing new whose Iceberg table lags behind

@@ -22,7 +22,9 @@ from singerlake.replay.datasource import planned_lines
 from singerlake.storage import Storage
 from singerlake.times import parse_time_ms, record_time_ms
 
-READ_THREADS = 2  # gzip and Arrow's reader release the GIL: two files read at once
+# A task's threads for work that releases the GIL (gzip, Arrow's JSON reader, Parquet, zstd): tasks
+# already run side by side, so more threads would only hold more memory.
+CPU_THREADS = 2
 ARROW_BATCH_ROWS = 8192
 STAGING_SCHEMA = (
     "_key string, _singerlake_commit long, _singerlake_index long, _singerlake_version string, _singerlake_time long, _record string,"
@@ -247,7 +249,7 @@ def read_new_records(storage: Storage, keys: list[str], files: list[dict], needs
             tables.append(pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)], schema=schema))
         return pa.concat_tables(tables) if tables else schema.empty_table(), None
 
-    with ThreadPoolExecutor(READ_THREADS) as pool:
+    with ThreadPoolExecutor(CPU_THREADS) as pool:
         tables, typed = zip(*pool.map(read, files), strict=True) if files else ((), ())
     staging = pa.concat_tables(tables) if tables else schema.empty_table()
     if typing is None or None in typed:
