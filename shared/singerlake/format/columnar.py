@@ -21,27 +21,28 @@ TIMES = ("timestamp", "date")
 BLOCK_BYTES = 4 << 20  # the reader's unit of parallel work; a record longer than this is typed by ``exact``
 
 
-def ndjson(texts) -> Any:
-    """JSON texts (an Arrow string array, one value each, none null) as one buffer of lines."""
+def concatenated(texts) -> Any:
+    """JSON texts (an Arrow string array, one value each, none null) as one buffer, value after value,
+    without a copy when they are in one chunk: ``read_lines`` splits objects by their syntax."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    lines = pc.binary_join_element_wise(texts, pa.scalar("\n"), pa.scalar(""))
-    lines = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
-    if not len(lines):
+    texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
+    if not len(texts):
         return pa.py_buffer(b"")
-    offsets = np.frombuffer(lines.buffers()[1], np.int32)[lines.offset : lines.offset + len(lines) + 1]
-    return lines.buffers()[2][int(offsets[0]) : int(offsets[-1])]
+    width = np.int64 if pa.types.is_large_string(texts.type) or pa.types.is_large_binary(texts.type) else np.int32
+    offsets = np.frombuffer(texts.buffers()[1], width)[texts.offset : texts.offset + len(texts) + 1]
+    return texts.buffers()[2][int(offsets[0]) : int(offsets[-1])]
 
 
 def read_lines(data, schema):
-    """The objects of ``data`` (JSON lines) as a table of ``schema``'s columns, other keys ignored;
-    None when a value does not fit its column exactly."""
+    """The JSON objects of ``data`` (one after another, separated or not) as a table of ``schema``'s
+    columns, other keys ignored; None when a value does not fit its column exactly, or is no object."""
     import pyarrow as pa
     import pyarrow.json as pj
 
-    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    # newlines_in_values: objects are told apart by their syntax, not by lines, so texts need no joining
+    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore", newlines_in_values=True)
     try:
         return pj.read_json(pa.BufferReader(data), read_options=pj.ReadOptions(block_size=BLOCK_BYTES), parse_options=options)
     except pa.ArrowInvalid:
@@ -116,7 +117,7 @@ def typed_texts(properties: dict, types: dict, texts):
         return None
     if not len(texts):
         return table_schema(properties, types).empty_table()
-    read = read_lines(ndjson(texts), schema)
+    read = read_lines(concatenated(texts), schema)
     return None if read is None or read.num_rows != len(texts) else typed_from(read, properties, types)
 
 

@@ -452,9 +452,16 @@ def project_small_streams(
 
 
 # -- large streams: buckets of keys, only the touched ones rewritten ----------------------------------
-def bucket_of(key: str | bytes, buckets: int) -> int:
-    """The bucket of a key (its ``_key`` text, or that text's UTF-8 bytes): stable across runs, processes and machines."""
-    return zlib.crc32(key.encode() if isinstance(key, str) else key) % buckets
+def buckets_of(keys: list[bytes], buckets: int):
+    """The bucket of each key (its ``_key`` text's UTF-8 bytes), as a numpy array: stable across runs, processes and machines."""
+    import numpy as np
+
+    return np.fromiter(map(zlib.crc32, keys), np.int64, len(keys)) % buckets
+
+
+def bucket_of(key: str, buckets: int) -> int:
+    """The bucket of one ``_key`` text."""
+    return int(buckets_of([key.encode()], buckets)[0])
 
 
 def bucket_bytes(small_stream_bytes: int) -> int:
@@ -530,7 +537,7 @@ def _blocks(staging, typed, buckets: int) -> Iterator[Any]:
     import pyarrow as pa
 
     keys = staging["_key"].cast(pa.binary()).to_pylist()
-    of = np.fromiter((bucket_of(key, buckets) for key in keys), np.int64, len(keys))
+    of = buckets_of(keys, buckets)
     order = np.argsort(of, kind="stable")
     # one take, then a slice per bucket (a take per bucket would copy the rows per bucket); Arrow takes
     # from one chunk three times as fast as from many

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 from typing import Any
 
-from singerlake.format.columnar import parse_times, read_lines, read_schema, typed_from
-from singerlake.format.datafile import open_data_file
+from singerlake.format.columnar import STRICT_TIMESTAMP, concatenated, parse_times, read_lines, read_schema, typed_from
+from singerlake.format.datafile import read_data_file
 from singerlake.format.exact import decode, json_text, table_schema
 from singerlake.format.messages import decode_envelope, decode_record_parts
 from singerlake.replay.datasource import planned_lines
@@ -34,6 +34,7 @@ NO_TIME = -(2**63)  # a row without a record time loses to any row with one (the
 INT64 = (-(2**63), 2**63 - 1)
 KEY_READ = {"long": "int64", "string": "string", "timestamp": "string", "date": "string", None: "string"}  # key needs Arrow reads as JSON
 EMPTY_RECORD = b"{}"  # a RECORD without a record
+QUOTED_STRICT_TIMESTAMP = f'^"{STRICT_TIMESTAMP[1:-1]}"$'  # a time_extracted that Arrow casts as Python parses it
 
 
 def staging_schema():
@@ -91,9 +92,8 @@ def bulk_staging_rows(storage: Storage, keys: list[str], needs: dict, file: dict
     if not all(need is None or (isinstance(need, str) and need in KEY_READ) for need in key_needs):
         return None
     wanted = {name: pa.type_for_alias(KEY_READ[need]) for name, need in zip(keys, key_needs, strict=True)}
-    with open_data_file(storage, file["entry"]) as unzipped:
-        unzipped.readline()  # the SCHEMA line
-        envelopes = decode_record_parts(unzipped.read())
+    _schema_line, _, lines = read_data_file(storage, file["entry"]).partition(b"\n")
+    envelopes = decode_record_parts(lines)
     runs = file["runs"]
     if not envelopes or len(envelopes) != sum(count for _, _, count in runs):
         return None
@@ -108,7 +108,7 @@ def bulk_staging_rows(storage: Storage, keys: list[str], needs: dict, file: dict
         wanted.setdefault("_sdc_extracted_at", pa.string())
     if texts is None:
         return None
-    read, typed = read_records(b"\n".join(records), len(records), wanted, typing)
+    read, typed = read_records(texts, wanted, typing)
     if read is None:
         return None
     if times.null_count:
@@ -129,12 +129,13 @@ def bulk_staging_rows(storage: Storage, keys: list[str], needs: dict, file: dict
     return pa.table(columns, schema=staging_schema()), typed
 
 
-def read_records(lines: bytes, count: int, wanted: dict, typing: tuple[dict, dict] | None):
-    """``(read, typed)``: the ``wanted`` columns of ``count`` records (JSON lines) and, with ``typing``,
+def read_records(texts, wanted: dict, typing: tuple[dict, dict] | None):
+    """``(read, typed)``: the ``wanted`` columns of records (their JSON texts, an Arrow string array) and, with ``typing``,
     their published rows, from one read when the wanted columns are read alike there; ``read`` None when
     Arrow cannot read them exactly, ``typed`` None when only the typing failed."""
     import pyarrow as pa
 
+    count, lines = len(texts), concatenated(texts)
     if not count:
         return pa.table({name: pa.array([], kind) for name, kind in wanted.items()}), typing and table_schema(*typing).empty_table()
     schema = read_schema(*typing) if typing is not None else None
@@ -158,8 +159,13 @@ def record_times(raws: list) -> Any:
     texts = string_array(raws)
     if texts is None:
         return pa.array([parse_time_ms(decode(bytes(raw))) if raw else None for raw in raws], pa.int64())
-    plain = pc.match_substring_regex(texts, r'^"[^"\\]*"$')
     inner = pc.binary_slice(texts.cast(pa.binary()), 1, -1).cast(pa.string())  # bytes: 20x faster than utf8_slice_codeunits
+    if pc.all(pc.match_substring_regex(texts, QUOTED_STRICT_TIMESTAMP)).as_py():  # the common case, in one pass
+        try:
+            return milliseconds(pc.cast(inner, pa.timestamp("us", tz="UTC")))
+        except pa.ArrowInvalid:  # a strict form that is no time (February 30th): as below
+            pass
+    plain = pc.match_substring_regex(texts, r'^"[^"\\]*"$')
     ms = times_ms(pc.if_else(plain, inner, pa.scalar(None, pa.string())))
     if pc.all(pc.fill_null(plain, False)).as_py():
         return ms
@@ -172,10 +178,16 @@ def record_times(raws: list) -> Any:
 
 def times_ms(strings) -> Any:
     """``parse_time_ms`` of each text of an Arrow string array (null: no time)."""
+
+    return milliseconds(parse_times(strings, "timestamp"))
+
+
+def milliseconds(timestamps) -> Any:
+    """Epoch milliseconds of Arrow timestamps (microseconds); null before the epoch, as ``parse_time_ms`` gives."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    micros = pc.cast(parse_times(strings, "timestamp"), pa.int64())
+    micros = pc.cast(timestamps, pa.int64())
     return pc.if_else(pc.less(micros, 0), pa.scalar(None, pa.int64()), pc.divide(micros, 1000))  # ms >= 0 only: floor
 
 
