@@ -21,10 +21,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from singerlake import Lake, SchemaWriter
 from singerlake.errors import UnsafeName
-from singerlake.format.datafile import encode, store, summarise, write_data_file
+from singerlake.format.datafile import CorruptFile, encode, open_data_file, read_data_file, store, summarise, write_data_file
 from singerlake.format.layout import DATA_SUFFIX, NAME_FILE, RAW, ROOT_METADATA, DataFileName, StreamPaths
 from singerlake.format.manifest import Manifest
-from singerlake.format.metadata import InvalidMetadata, make_record, validate_record
+from singerlake.format.metadata import InvalidMetadata, blake2_hex, make_record, validate_record
 from singerlake.format.names import MAX_SEGMENT_BYTES, decode_segment, encode_segment, is_truncated
 from singerlake.format.scan import scan_stream
 from singerlake.format.schema_hash import HASH_LENGTH, encode64, is_schema_hash, schema_hash
@@ -775,3 +775,20 @@ def test_storing_the_same_bytes_under_a_named_id_twice_is_a_retry_not_a_collisio
     with pytest.raises(PreconditionFailed):  # other bytes under that name: a real collision, never overwritten
         store(storage, paths, "4g7wqshytsad9", encode([b"{}"], 6), 0, 1, 1, "w", file_id)
     assert storage.read(first["path"]).data == data
+
+
+def test_a_data_file_read_whole_equals_its_stream_and_a_damaged_one_is_named(tmp_path):
+    """The projection reads a data file in one call (``read_data_file``): the same bytes as the streaming
+    reader, every gzip member included; gzip damage behind a matching hash names the file."""
+    storage = LocalStorage(tmp_path)
+    members = encode([b'{"type":"SCHEMA","stream":"s","schema":{}}']) + encode([b'{"type":"RECORD","stream":"s","record":{"id":1}}'] * 3)
+    damaged = members[:-12] + b"garbage-tail"
+    for key, data in (("good.singer.gz", members), ("bad.singer.gz", damaged)):
+        storage.write(key, data)
+    good = {"path": "good.singer.gz", "size": len(members), "hash": blake2_hex(members)}
+    with open_data_file(storage, good) as unzipped:
+        assert read_data_file(storage, good) == unzipped.read() == gzip.decompress(members)
+    with pytest.raises(CorruptFile, match=r"bad\.singer\.gz: corrupt or truncated gzip"):
+        read_data_file(storage, {"path": "bad.singer.gz", "size": len(damaged), "hash": blake2_hex(damaged)})
+    with pytest.raises(CorruptFile, match=r"good\.singer\.gz: blake2 hash"):
+        read_data_file(storage, {**good, "hash": blake2_hex(damaged)})

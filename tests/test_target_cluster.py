@@ -105,6 +105,7 @@ def test_local_cluster_executors_write_a_local_lake(small_input, tmp_path):
     check_written_by_executors(Lake.open(str(root)), small_input, log, run.proc.pid)
 
 
+@pytest.mark.parametrize("s3_server", ["seaweedfs"], indirect=True)  # the real S3 server; moto added 32 s of CI for the same path
 def test_local_cluster_executors_write_an_s3_lake(small_input, tmp_path, s3_root):
     url, options = s3_root
     settings = {f"s3_{name}": value for name, value in options.items()}
