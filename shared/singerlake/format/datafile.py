@@ -24,6 +24,7 @@ from singerlake.times import new_file_id
 DEFAULT_COMPRESSLEVEL = 6
 CHUNK = 1 << 20
 SPOOL_IN_MEMORY = 16 << 20  # remote files larger than this are spooled to a temp file while verified
+GZIP_ERRORS = (OSError, EOFError, zlib.error, isal_zlib.error)  # what damaged gzip raises while read
 
 
 class CorruptFile(SingerlakeError, ValueError):
@@ -56,7 +57,7 @@ def iter_lines(stream: BinaryIO, name: str) -> Iterator[bytes]:
         with igzip.GzipFile(fileobj=stream, mode="rb") as unzipped:
             reader = io.BufferedReader(unzipped, buffer_size=1 << 20)
             yield from reader
-    except (OSError, EOFError, zlib.error, isal_zlib.error) as exc:
+    except GZIP_ERRORS as exc:
         raise CorruptFile(f"{name}: corrupt or truncated gzip: {exc}") from exc
 
 
@@ -107,8 +108,8 @@ def open_data_file(storage: Storage, entry: dict) -> Iterator[BinaryIO]:
     with open_verified(storage, entry) as stored, igzip.GzipFile(fileobj=stored, mode="rb") as unzipped:
         try:
             yield unzipped
-        except (OSError, EOFError, zlib.error, isal_zlib.error) as exc:
-            raise CorruptFile(f"{storage.url_of(entry['path'])}: corrupt or truncated gzip: {exc}") from exc
+        except GZIP_ERRORS as exc:
+            raise _corrupt_gzip(storage, entry, exc) from exc
 
 
 def read_data_file(storage: Storage, entry: dict) -> bytes:
@@ -117,8 +118,12 @@ def read_data_file(storage: Storage, entry: dict) -> bytes:
     with open_verified(storage, entry) as stored:
         try:
             return igzip.decompress(stored.read())
-        except (OSError, EOFError, zlib.error, isal_zlib.error) as exc:
-            raise CorruptFile(f"{storage.url_of(entry['path'])}: corrupt or truncated gzip: {exc}") from exc
+        except GZIP_ERRORS as exc:
+            raise _corrupt_gzip(storage, entry, exc) from exc
+
+
+def _corrupt_gzip(storage: Storage, entry: dict, exc: Exception) -> CorruptFile:
+    return CorruptFile(f"{storage.url_of(entry['path'])}: corrupt or truncated gzip: {exc}")
 
 
 @dataclass

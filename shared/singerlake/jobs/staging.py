@@ -178,7 +178,6 @@ def record_times(raws: list) -> Any:
 
 def times_ms(strings) -> Any:
     """``parse_time_ms`` of each text of an Arrow string array (null: no time)."""
-
     return milliseconds(parse_times(strings, "timestamp"))
 
 
