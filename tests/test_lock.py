@@ -38,7 +38,9 @@ LOCK_KEY = StreamPaths(TAP, "orders").lock("0123456789abc")  # where a stream-sc
 
 def _race_child(spec: dict, key: str, rounds: int, hold_s: float, out: str) -> None:
     storage = open_spec(spec)
-    lock = Lock(storage, key, lease_s=2, drift_s=1, wait_s=60, poll_s=0.05)
+    # a lease far longer than a holding (0.1 s): a holder starved of CPU by tests running beside this one
+    # must not lose the lock mid-hold (taking over an expired lease is test 2's subject, not this one's)
+    lock = Lock(storage, key, lease_s=10, drift_s=1, wait_s=60, poll_s=0.05)
     storage.exists(key)  # connect before the start signal, so all children start on an equal footing
     print("ready", flush=True)
     sys.stdin.readline()
