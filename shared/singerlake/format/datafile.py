@@ -31,6 +31,10 @@ class CorruptFile(SingerlakeError, ValueError):
     """A data file that cannot be read back; the message names the file."""
 
 
+def corrupt_gzip(name: str, exc: Exception) -> CorruptFile:
+    return CorruptFile(f"{name}: corrupt or truncated gzip: {exc}")
+
+
 # -- writing: a data file is one or more gzip members, appended ---------------------------------------
 def member_compressor(compresslevel: int = DEFAULT_COMPRESSLEVEL):
     """A compressor whose output, flushed, is one complete gzip member (mtime 0, no name)."""
@@ -58,7 +62,7 @@ def iter_lines(stream: BinaryIO, name: str) -> Iterator[bytes]:
             reader = io.BufferedReader(unzipped, buffer_size=1 << 20)
             yield from reader
     except GZIP_ERRORS as exc:
-        raise CorruptFile(f"{name}: corrupt or truncated gzip: {exc}") from exc
+        raise corrupt_gzip(name, exc) from exc
 
 
 def open_verified(storage: Storage, entry: dict) -> BinaryIO:
@@ -109,7 +113,7 @@ def open_data_file(storage: Storage, entry: dict) -> Iterator[BinaryIO]:
         try:
             yield unzipped
         except GZIP_ERRORS as exc:
-            raise _corrupt_gzip(storage, entry, exc) from exc
+            raise corrupt_gzip(storage.url_of(entry["path"]), exc) from exc
 
 
 def read_data_file(storage: Storage, entry: dict) -> bytes:
@@ -119,11 +123,7 @@ def read_data_file(storage: Storage, entry: dict) -> bytes:
         try:
             return igzip.decompress(stored.read())
         except GZIP_ERRORS as exc:
-            raise _corrupt_gzip(storage, entry, exc) from exc
-
-
-def _corrupt_gzip(storage: Storage, entry: dict, exc: Exception) -> CorruptFile:
-    return CorruptFile(f"{storage.url_of(entry['path'])}: corrupt or truncated gzip: {exc}")
+            raise corrupt_gzip(storage.url_of(entry["path"]), exc) from exc
 
 
 @dataclass
