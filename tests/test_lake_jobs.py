@@ -13,6 +13,7 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable
 from contextlib import redirect_stdout
@@ -447,8 +448,17 @@ def profile_records(seed: int, count: int) -> list[bytes]:
     return lines
 
 
-def test_project_gives_the_same_rows_on_the_bucket_path_as_on_the_one_job_path(tmp_path, spark):
-    """Large streams are kept in buckets of keys by a job each, small ones by one job of pyarrow work items: same rows."""
+@pytest.mark.parametrize("exchange", ["block files", "shuffle"])
+def test_project_gives_the_same_rows_on_the_bucket_path_as_on_the_one_job_path(tmp_path, spark, monkeypatch, exchange):
+    """Large streams are kept in buckets of keys by a job each, small ones by one job of pyarrow work items: same rows.
+    The bucket path's blocks go through files on this machine, through Spark's shuffle on a cluster (as if here)."""
+    import singerlake.jobs.project
+
+    if exchange == "shuffle":
+        monkeypatch.setattr(singerlake.jobs.project, "runs_elsewhere", lambda session: True)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where the block files go
     small_lake, large_lake = local_lake_in(tmp_path / "small"), local_lake_in(tmp_path / "large")
     for landing in range(2):
         data = joined([schema_msg("profiles", PROFILES, ["id"]), *profile_records(landing, 150)])
@@ -462,6 +472,7 @@ def test_project_gives_the_same_rows_on_the_bucket_path_as_on_the_one_job_path(t
         by_name = lambda rows: sorted(rows, key=lambda row: row["name"])  # noqa: E731
         assert by_name(published_rows(small_lake, "profiles")) == by_name(published_rows(large_lake, "profiles"))
         assert published_table(small_lake, "profiles").schema == published_table(large_lake, "profiles").schema
+        assert not list(temp.iterdir()), "no block file outlives its run"
     rows = published_rows(small_lake, "profiles")
     assert {row["tags"][0] for row in rows} == {"x"} and all(row["address.city"]["city"] for row in rows)
 

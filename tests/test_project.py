@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from lakes import TAP, LakeUnderTest, duckdb_for, joined, land, local_lake_at, record_msg, schema_msg
 from singerlake.format.exact import decode, join_all, json_text, need_of, records_needs
 from singerlake.jobs import delta
+from singerlake.jobs.blocks import bucket_of
 from singerlake.jobs.delta import storage_options, table_key, table_uri
-from singerlake.jobs.project import bucket_of, project
+from singerlake.jobs.project import project
 from singerlake.jobs.vacuum import vacuum
 from test_lake_jobs import LakeCli, cli_session, open_lake, shared_cli, spark  # noqa: F401  (the module's Spark and CliSession fixtures)
 

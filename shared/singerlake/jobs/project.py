@@ -34,7 +34,7 @@ import collections
 import functools
 import io
 import math
-import zlib
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -50,7 +50,8 @@ from singerlake.format.manifest import Manifest
 from singerlake.format.names import encode_segment
 from singerlake.format.needs import StatsReader
 from singerlake.format.positions import Position, check_bookmark
-from singerlake.jobs import delta, iceberg
+from singerlake.jobs import blocks, delta, iceberg
+from singerlake.jobs.blocks import BLOCKS_PER_BATCH
 from singerlake.jobs.runner import (
     Failures,
     Progress,
@@ -63,6 +64,7 @@ from singerlake.jobs.runner import (
 from singerlake.jobs.staging import CPU_THREADS, conform, current_indices, read_new_records
 from singerlake.lake import Lake
 from singerlake.replay.datasource import plan_files
+from singerlake.spark.executors import runs_elsewhere
 from singerlake.spark.session import runs_here, session_of
 from singerlake.storage import Storage
 from singerlake.times import new_file_id
@@ -452,18 +454,6 @@ def project_small_streams(
 
 
 # -- large streams: buckets of keys, only the touched ones rewritten ----------------------------------
-def buckets_of(keys: list[bytes], buckets: int):
-    """The bucket of each key (its ``_key`` text's UTF-8 bytes), as a numpy array: stable across runs, processes and machines."""
-    import numpy as np
-
-    return np.fromiter(map(zlib.crc32, keys), np.int64, len(keys)) % buckets
-
-
-def bucket_of(key: str, buckets: int) -> int:
-    """The bucket of one ``_key`` text."""
-    return int(buckets_of([key.encode()], buckets)[0])
-
-
 def bucket_bytes(small_stream_bytes: int) -> int:
     """The stored bytes a new bucket is sized for."""
     return max(MIN_BUCKET_BYTES, small_stream_bytes // BUCKET_SHARE)
@@ -473,9 +463,6 @@ def bucket_count(data_bytes: int, small_stream_bytes: int) -> int:
     """Buckets (a power of two) of about ``bucket_bytes`` stored bytes each."""
     wanted = math.ceil(data_bytes / bucket_bytes(small_stream_bytes))
     return 1 << max(0, wanted - 1).bit_length()
-
-
-BLOCKS_PER_BATCH = 16  # blocks (and data files to read) per Arrow batch: each is up to a bucket's rows
 
 
 @dataclass
@@ -510,84 +497,26 @@ def large_layout(plan: StreamPlan, small_stream_bytes: int) -> Layout:
     return Layout(buckets, rebucket, read_tasks, len(plan.state["parts"]) if rebucket else 0, write_tasks)
 
 
-# A block: one read task's rows of one bucket, as they cross the shuffle (SPEC.md §12). Few large
-# values instead of a row per record: the JVM moves compressed bytes, and the rows are typed once, when read.
-BLOCKS = "_bucket long, rows binary, typed binary"
-
-
-def to_block(table) -> bytes:
-    import pyarrow as pa
-
-    sink = pa.BufferOutputStream()
-    # lz4: the JVM then moves a third of the bytes (a 10M first run: 3.8 -> 1.4 GB; its JVM at most 707 -> 519 MiB)
-    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def from_block(data: bytes):
-    import pyarrow as pa
-
-    return pa.ipc.open_stream(data).read_all()
-
-
-def _blocks(staging, typed, buckets: int) -> Iterator[Any]:
-    """The blocks of staging rows (and their typed rows, or None): one per bucket, rows in their order."""
-    import numpy as np
-    import pyarrow as pa
-
-    keys = staging["_key"].cast(pa.binary()).to_pylist()
-    of = buckets_of(keys, buckets)
-    order = np.argsort(of, kind="stable")
-    # one take, then a slice per bucket (a take per bucket would copy the rows per bucket); Arrow takes
-    # from one chunk three times as fast as from many
-    of, take = of[order], pa.array(order)
-    staging, typed = staging.combine_chunks().take(take), None if typed is None else typed.combine_chunks().take(take)
-    starts = [0, *(np.flatnonzero(np.diff(of)) + 1).tolist()] if len(of) else []
-    for start, end in zip(starts, [*starts[1:], len(of)], strict=True):
-        block = {"_bucket": [int(of[start])], "rows": [to_block(staging.slice(start, end - start))]}
-        yield pa.RecordBatch.from_pydict(block | {"typed": [None if typed is None else to_block(typed.slice(start, end - start))]})
-
-
-def _read_blocks(storage: Storage, item: dict, files: list[dict], buckets: int, batches: Iterator[Any]) -> Iterator[Any]:
-    """Executor side: the new records of the data files numbered in the input, read and typed once, as blocks."""
+def _read_pieces(storage: Storage, item: dict, files: list[dict], buckets: int, batches: Iterator[Any]) -> Iterator[tuple]:
+    """Executor side: the new records of the data files numbered in the input, read and typed once, cut by bucket."""
     for batch in batches:  # a read task's files: about a bucket's bytes
         chosen = [files[number] for number in batch.column("id").to_pylist()]
-        yield from _blocks(*read_new_records(storage, item["keys"], chosen, item["needs"], item["typing"]), buckets)
+        yield from blocks.cut(*read_new_records(storage, item["keys"], chosen, item["needs"], item["typing"]), buckets)
 
 
-def _part_blocks(storage: Storage, parts: list[dict], buckets: int, batches: Iterator[Any]) -> Iterator[Any]:
-    """Executor side (a new layout): the rows of the previous parts numbered in the input, as blocks."""
+def _part_pieces(storage: Storage, parts: list[dict], buckets: int, batches: Iterator[Any]) -> Iterator[tuple]:
+    """Executor side (a new layout): the rows of the previous parts numbered in the input, cut by bucket."""
     for batch in batches:
         for number in batch.column("id").to_pylist():
-            yield from _blocks(conform(read_parquet(storage, parts[number]["staging"])), None, buckets)
+            yield from blocks.cut(conform(read_parquet(storage, parts[number]["staging"])), None, buckets)
 
 
-def _bucket_groups(batches: Iterator[Any]) -> Iterator[tuple[int, Any, Any]]:
-    """``(bucket, rows, typed)`` for each bucket among a partition's blocks: its blocks joined
-    (``typed`` None unless every block has them). The partition's blocks are held as they came
-    (compressed), and one bucket's rows are decoded at a time."""
-    import pyarrow as pa
-
-    held: dict[int, list[tuple]] = {}
-    for batch in batches:
-        for bucket, rows, typed in zip(*(batch.column(name).to_pylist() for name in ("_bucket", "rows", "typed")), strict=True):
-            held.setdefault(bucket, []).append((rows, typed))
-    for bucket in sorted(held):
-        blocks = [(from_block(rows), None if typed is None else from_block(typed)) for rows, typed in held.pop(bucket)]
-        # Blocks in the order of their first rows: each read task's rows are in position order and
-        # its files follow another's, so a bucket's rows are too and need no sort (``current_indices``)
-        blocks.sort(key=lambda block: (block[0]["_singerlake_commit"][0].as_py(), block[0]["_singerlake_index"][0].as_py()))
-        typed = [t for _, t in blocks]
-        yield bucket, pa.concat_tables([rows for rows, _ in blocks]), None if None in typed else pa.concat_tables(typed)
-
-
-def _write_buckets(storage: Storage, item: dict, threads: int, batches: Iterator[Any]) -> Iterator[Any]:
-    """Executor side: each bucket among this partition's blocks becomes one new part (``bucket_part``),
-    ``threads`` at a time (Parquet and zstd release the GIL), holding that many buckets' rows."""
+def _write_buckets(storage: Storage, item: dict, threads: int, groups: Iterator[tuple]) -> Iterator[Any]:
+    """Executor side: each ``(bucket, rows, typed)`` becomes one new part (``bucket_part``), ``threads``
+    at a time (Parquet and zstd release the GIL), holding that many buckets' rows."""
     with ThreadPoolExecutor(threads) as pool:
         running: collections.deque = collections.deque()
-        for group in _bucket_groups(batches):
+        for group in groups:
             running.append(pool.submit(bucket_part, storage, item, *group))
             if len(running) == threads:
                 yield _part_batch(running.popleft().result())
@@ -678,22 +607,55 @@ def _arrow_batch_rows(spark, rows: int):
 
 
 def _run_job(spark, storage: Storage, item: dict, plan: StreamPlan, layout: Layout) -> list[dict]:
-    """The run's new parts, written by one Spark job: keyed, blocks shuffled by bucket; keyless, unshuffled."""
+    """The run's new parts, written by Spark: keyed, each bucket's blocks brought to one task (through
+    Spark's shuffle, or through block files when every executor is on this machine); keyless, unshuffled."""
+    threads = 1 if layout.write_tasks > 1 else CPU_THREADS  # tasks side by side already: one bucket each in memory
+    if not item["keyed"]:
+        files = spark.range(len(plan.files), numPartitions=layout.read_tasks)
+        return _collect_parts(spark, files.mapInArrow(functools.partial(_write_new_parts, storage, item, plan.files), "part string"))
+    if runs_elsewhere(spark):
+        shuffled = _blocks_frame(spark, storage, item, plan, layout, blocks.shuffle_blocks, blocks.BLOCKS)
+        shuffled = shuffled.repartition(layout.write_tasks, "_bucket")  # 10 updated keys: one write task, not one per bucket
+        return _collect_parts(spark, shuffled.mapInArrow(functools.partial(_write_shuffled, storage, item, threads), "part string"))
+    with tempfile.TemporaryDirectory(prefix="singerlake-blocks-") as directory:
+        refs = _blocks_frame(spark, storage, item, plan, layout, functools.partial(blocks.write_block_file, directory), blocks.BLOCK_REFS)
+        with _arrow_batch_rows(spark, BLOCKS_PER_BATCH):
+            tasks = blocks.spread(blocks.by_bucket([row.asDict() for row in refs.collect()]), layout.write_tasks)
+        write = functools.partial(_write_filed, storage, item, threads, tasks)
+        return _collect_parts(spark, spark.range(len(tasks), numPartitions=max(1, len(tasks))).mapInArrow(write, "part string"))
+
+
+def _blocks_frame(spark, storage: Storage, item: dict, plan: StreamPlan, layout: Layout, send, schema: str):
+    """The read tasks' pieces (new records, and a new layout's previous parts) as ``send`` gives them on (rows of ``schema``)."""
+    parts, buckets = plan.state["parts"], layout.buckets
+    new = functools.partial(_read_pieces, storage, item, plan.files, buckets)
+    frame = spark.range(len(plan.files), numPartitions=layout.read_tasks).mapInArrow(functools.partial(_sent, send, new), schema)
+    if layout.part_tasks:
+        previous = functools.partial(_sent, send, functools.partial(_part_pieces, storage, parts, buckets))
+        frame = frame.unionByName(spark.range(len(parts), numPartitions=layout.part_tasks).mapInArrow(previous, schema))
+    return frame
+
+
+def _sent(send, pieces, batches: Iterator[Any]) -> Iterator[Any]:
+    """Executor side: the pieces read for the input, as ``send`` gives them on."""
+    return send(pieces(batches))
+
+
+def _write_shuffled(storage: Storage, item: dict, threads: int, batches: Iterator[Any]) -> Iterator[Any]:
+    """Executor side: the new parts of the buckets among this partition's shuffled blocks."""
+    return _write_buckets(storage, item, threads, blocks.shuffled_groups(batches))
+
+
+def _write_filed(storage: Storage, item: dict, threads: int, tasks: list[dict], batches: Iterator[Any]) -> Iterator[Any]:
+    """Executor side: the new parts of the buckets dealt to the numbered tasks, their blocks read from block files."""
+    for batch in batches:
+        for task in batch.column("id").to_pylist():
+            yield from _write_buckets(storage, item, threads, blocks.file_groups(tasks[task]))
+
+
+def _collect_parts(spark, frame) -> list[dict]:
     import json
 
-    parts, buckets = plan.state["parts"], layout.buckets
-    files = spark.range(len(plan.files), numPartitions=layout.read_tasks)
-    if item["keyed"]:  # blocks of one bucket together, in one task: 10 updated keys are one task, not one per bucket
-        blocks = files.mapInArrow(functools.partial(_read_blocks, storage, item, plan.files, buckets), BLOCKS)
-        if layout.part_tasks:
-            previous = spark.range(len(parts), numPartitions=layout.part_tasks)
-            blocks = blocks.unionByName(previous.mapInArrow(functools.partial(_part_blocks, storage, parts, buckets), BLOCKS))
-        blocks = blocks.repartition(layout.write_tasks, "_bucket")
-        # several write tasks run side by side already: each writes one bucket at a time, so memory holds one per core
-        threads = 1 if layout.write_tasks > 1 else CPU_THREADS
-        frame = blocks.mapInArrow(functools.partial(_write_buckets, storage, item, threads), "part string")
-    else:
-        frame = files.mapInArrow(functools.partial(_write_new_parts, storage, item, plan.files), "part string")
     with _arrow_batch_rows(spark, BLOCKS_PER_BATCH):
         return [json.loads(row["part"]) for row in frame.collect()]
 
@@ -706,18 +668,21 @@ def _run_here(storage: Storage, item: dict, files: list[dict], buckets: int | No
     import pyarrow as pa
 
     ids = iter(pa.table({"id": pa.array(range(len(files)), pa.int64())}).to_batches(BLOCKS_PER_BATCH))
-    if item["keyed"]:
-        batches = _write_buckets(storage, item, CPU_THREADS, _read_blocks(storage, item, files, buckets, ids))
-    else:
-        batches = _write_new_parts(storage, item, files, ids)
-    return [json.loads(batch["part"][0].as_py()) for batch in batches]
+    if not item["keyed"]:
+        return [json.loads(batch["part"][0].as_py()) for batch in _write_new_parts(storage, item, files, ids)]
+    with tempfile.TemporaryDirectory(prefix="singerlake-blocks-") as directory:
+        filed = blocks.write_block_file(directory, _read_pieces(storage, item, files, buckets, ids))
+        refs = [ref for batch in filed for ref in batch.to_pylist()]
+        written = _write_buckets(storage, item, CPU_THREADS, blocks.file_groups(blocks.by_bucket(refs)))
+        return [json.loads(batch["part"][0].as_py()) for batch in written]
 
 
 def project_large_stream(lake: Lake, spark, plan: StreamPlan, layout: Layout, formats: list[str]) -> dict:
-    """A large stream in one Spark job (two when parts must be published again). Keyed: the new rows
-    are shuffled by bucket, and each touched bucket's previous part and new rows become its new part;
-    untouched buckets stay. The buckets are laid out anew (every part read once) on the stream's first
-    large run and when they average more than ``BUCKET_SHARE`` times their size. Keyless: the new rows are new parts."""
+    """A large stream in one Spark job (two on this machine's executors; one more when parts must be
+    published again). Keyed: the new rows are brought together by bucket (``blocks``), and each
+    touched bucket's previous part and new rows become its new part; untouched buckets stay. The
+    buckets are laid out anew (every part read once) on the stream's first large run and when they
+    average more than ``BUCKET_SHARE`` times their size. Keyless: the new rows are new parts."""
 
     storage, properties, parts, keyed = lake.storage, plan.properties, plan.state["parts"], bool(plan.keys)
     buckets, rebucket = layout.buckets, layout.rebucket

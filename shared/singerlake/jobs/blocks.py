@@ -1,0 +1,147 @@
+"""Blocks (SPEC.md §12): the rows one read task found for one bucket, on their way to the task that
+writes the bucket's part, with their typed rows: few large values instead of a row per record.
+
+Executors that may be other machines exchange blocks through Spark's shuffle (lz4-compressed Arrow
+IPC, so the JVM moves a third of the bytes). Executors of this machine exchange them through files
+of the run's block directory instead (uncompressed Arrow IPC): the JVM then moves only where each
+block is, not the blocks, and nothing is compressed to be read back on the same disk.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import uuid
+import zlib
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+BLOCKS = "_bucket long, rows binary, typed binary"  # a block as it crosses Spark's shuffle
+# A block in a block file: its bytes there (``typed`` 0: the rows have no typed rows)
+BLOCK_REFS = "_bucket long, file string, offset long, rows long, typed long"
+BLOCK_REFS_NAMES = [column.split()[0] for column in BLOCK_REFS.split(", ")]
+BLOCKS_PER_BATCH = 16  # blocks (and data files to read) per Arrow batch: each is up to a bucket's rows
+
+
+def buckets_of(keys: list[bytes], buckets: int):
+    """The bucket of each key (its ``_key`` text's UTF-8 bytes), as a numpy array: stable across runs, processes and machines."""
+    import numpy as np
+
+    return np.fromiter(map(zlib.crc32, keys), np.int64, len(keys)) % buckets
+
+
+def bucket_of(key: str, buckets: int) -> int:
+    """The bucket of one ``_key`` text."""
+    return int(buckets_of([key.encode()], buckets)[0])
+
+
+def to_block(table, compression: str | None = "lz4") -> bytes:
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_block(data):
+    import pyarrow as pa
+
+    return pa.ipc.open_stream(data).read_all()
+
+
+def cut(staging, typed, buckets: int) -> Iterator[tuple[int, Any, Any]]:
+    """``(bucket, rows, typed)`` for each bucket among staging rows (and their typed rows, or None), rows in their order."""
+    import numpy as np
+    import pyarrow as pa
+
+    keys = staging["_key"].cast(pa.binary()).to_pylist()
+    of = buckets_of(keys, buckets)
+    order = np.argsort(of, kind="stable")
+    # one take, then a slice per bucket (a take per bucket would copy the rows per bucket); Arrow takes
+    # from one chunk three times as fast as from many
+    of, take = of[order], pa.array(order)
+    staging, typed = staging.combine_chunks().take(take), None if typed is None else typed.combine_chunks().take(take)
+    starts = [0, *(np.flatnonzero(np.diff(of)) + 1).tolist()] if len(of) else []
+    for start, end in zip(starts, [*starts[1:], len(of)], strict=True):
+        yield int(of[start]), staging.slice(start, end - start), None if typed is None else typed.slice(start, end - start)
+
+
+def shuffle_blocks(pieces: Iterable[tuple[int, Any, Any]]) -> Iterator[Any]:
+    """Each ``(bucket, rows, typed)`` as one row of ``BLOCKS`` for Spark's shuffle."""
+    import pyarrow as pa
+
+    for bucket, rows, typed in pieces:
+        typed_block = None if typed is None else to_block(typed)
+        yield pa.RecordBatch.from_pydict({"_bucket": [bucket], "rows": [to_block(rows)], "typed": [typed_block]})
+
+
+def shuffled_groups(batches: Iterator[Any]) -> Iterator[tuple[int, Any, Any]]:
+    """``(bucket, rows, typed)`` for each bucket among a partition's shuffled blocks, joined. The
+    partition's blocks are held as they came (compressed), and one bucket's rows are decoded at a time."""
+    held: dict[int, list[tuple]] = {}
+    for batch in batches:
+        for bucket, rows, typed in zip(*(batch.column(name).to_pylist() for name in ("_bucket", "rows", "typed")), strict=True):
+            held.setdefault(bucket, []).append((rows, typed))
+    for bucket in sorted(held):
+        yield bucket, *joined([(from_block(rows), None if typed is None else from_block(typed)) for rows, typed in held.pop(bucket)])
+
+
+def write_block_file(directory: str, pieces: Iterable[tuple[int, Any, Any]]) -> Iterator[Any]:
+    """Each ``(bucket, rows, typed)`` written to one new file of ``directory``, one row of ``BLOCK_REFS`` each."""
+    import pyarrow as pa
+
+    path = os.path.join(directory, f"{uuid.uuid4().hex}.arrow")
+    refs = collections.defaultdict(list)
+    with open(path, "wb") as out:
+        for bucket, rows, typed in pieces:
+            data, more = to_block(rows, None), b"" if typed is None else to_block(typed, None)
+            refs["_bucket"].append(bucket)
+            refs["offset"].append(out.tell())
+            refs["rows"].append(len(data))
+            refs["typed"].append(len(more))
+            out.write(data)
+            out.write(more)
+    if refs:
+        yield pa.RecordBatch.from_pydict({**refs, "file": [path] * len(refs["_bucket"])}).select(BLOCK_REFS_NAMES)
+
+
+def file_groups(refs: dict[int, list[dict]]) -> Iterator[tuple[int, Any, Any]]:
+    """``(bucket, rows, typed)`` for each bucket of ``refs`` (its ``BLOCK_REFS`` rows), joined; one bucket's blocks read at a time."""
+    for bucket in sorted(refs):
+        blocks = []
+        for ref in refs[bucket]:
+            with open(ref["file"], "rb") as file:
+                file.seek(ref["offset"])
+                data = file.read(ref["rows"] + ref["typed"])
+            blocks.append((from_block(data[: ref["rows"]]), from_block(data[ref["rows"] :]) if ref["typed"] else None))
+        yield bucket, *joined(blocks)
+
+
+def joined(blocks: list[tuple[Any, Any]]) -> tuple[Any, Any]:
+    """One bucket's ``(rows, typed)`` from its blocks (``typed`` None unless every block has them).
+    Blocks go in the order of their first rows: each read task's rows are in position order and its
+    files follow another's, so a bucket's rows are too and need no sort (``current_indices``)."""
+    import pyarrow as pa
+
+    blocks = sorted(blocks, key=lambda block: (block[0]["_singerlake_commit"][0].as_py(), block[0]["_singerlake_index"][0].as_py()))
+    typed = [t for _, t in blocks]
+    return pa.concat_tables([rows for rows, _ in blocks]), None if None in typed else pa.concat_tables(typed)
+
+
+def by_bucket(refs: list[dict]) -> dict[int, list[dict]]:
+    grouped: dict[int, list[dict]] = collections.defaultdict(list)
+    for ref in refs:
+        grouped[ref["_bucket"]].append(ref)
+    return dict(grouped)
+
+
+def spread(refs: dict[int, list[dict]], tasks: int) -> list[dict[int, list[dict]]]:
+    """The buckets of ``refs`` dealt to at most ``tasks`` tasks, the largest first to the least loaded (bytes)."""
+    size = {bucket: sum(ref["rows"] + ref["typed"] for ref in blocks) for bucket, blocks in refs.items()}
+    loads = [(0, task, {}) for task in range(min(tasks, len(refs)))]
+    for bucket in sorted(size, key=lambda bucket: (-size[bucket], bucket)):
+        load, task, given = min(loads)
+        given[bucket] = refs[bucket]
+        loads[task] = (load + size[bucket], task, given)
+    return [given for _, _, given in loads]
