@@ -18,7 +18,7 @@ def install(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     install(session)
-    session.run("python", "-m", "pytest", "tests", *session.posargs)
+    session.run("python", "-m", "pytest", "tests", "-n", "2", "--dist", "loadfile", *session.posargs)  # as ./dev test
 
 
 @nox.session

@@ -86,8 +86,12 @@ def test_processes_racing_for_one_lock_hold_it_one_at_a_time(lake_spec, tmp_path
 # -- 2. a killed holder is taken over only after lease + drift -----------------------------------------
 
 
+# Long enough that the impatient waiter below gives up well inside it on a loaded machine
+HOLDER_LEASE_S, HOLDER_DRIFT_S = 5.0, 1.0
+
+
 def _hold_child(spec: dict, key: str) -> None:
-    lock = Lock(open_spec(spec), key, lease_s=2, drift_s=1, heartbeat=True).acquire()
+    lock = Lock(open_spec(spec), key, lease_s=HOLDER_LEASE_S, drift_s=HOLDER_DRIFT_S, heartbeat=True).acquire()
     print(f"held {lock.writer_id}", flush=True)
     time.sleep(300)
 
@@ -95,7 +99,7 @@ def _hold_child(spec: dict, key: str) -> None:
 def test_killed_holder_is_taken_over_only_after_lease_plus_drift(lake_spec):
     storage = open_spec(lake_spec)
     key = LOCK_KEY
-    lease_s, drift_s = 2.0, 1.0
+    lease_s, drift_s = HOLDER_LEASE_S, HOLDER_DRIFT_S
     holder = spawn(__file__, "_hold_child", lake_spec, key)
     try:
         line = holder.stdout.readline().split()

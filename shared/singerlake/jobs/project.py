@@ -617,7 +617,8 @@ def _run_job(spark, storage: Storage, item: dict, plan: StreamPlan, layout: Layo
         shuffled = _blocks_frame(spark, storage, item, plan, layout, blocks.shuffle_blocks, blocks.BLOCKS)
         shuffled = shuffled.repartition(layout.write_tasks, "_bucket")  # 10 updated keys: one write task, not one per bucket
         return _collect_parts(spark, shuffled.mapInArrow(functools.partial(_write_shuffled, storage, item, threads), "part string"))
-    with tempfile.TemporaryDirectory(prefix="singerlake-blocks-") as directory:
+    scratch = (spark.conf.get("spark.local.dir", None) or "").split(",")[0] or None  # where Spark's shuffle files would go
+    with tempfile.TemporaryDirectory(prefix="singerlake-blocks-", dir=scratch) as directory:
         refs = _blocks_frame(spark, storage, item, plan, layout, functools.partial(blocks.write_block_file, directory), blocks.BLOCK_REFS)
         with _arrow_batch_rows(spark, BLOCKS_PER_BATCH):
             tasks = blocks.spread(blocks.by_bucket([row.asDict() for row in refs.collect()]), layout.write_tasks)
