@@ -35,13 +35,14 @@ def bucket_of(key: str, buckets: int) -> int:
     return int(buckets_of([key.encode()], buckets)[0])
 
 
-def to_block(table, compression: str | None = "lz4") -> bytes:
+def to_block(table, compression: str | None = "lz4"):
+    """``table`` as one Arrow IPC stream, an Arrow buffer (a file takes it as it is, the shuffle as bytes)."""
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as writer:
         writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    return sink.getvalue()
 
 
 def from_block(data):
@@ -72,8 +73,8 @@ def shuffle_blocks(pieces: Iterable[tuple[int, Any, Any]]) -> Iterator[Any]:
     import pyarrow as pa
 
     for bucket, rows, typed in pieces:
-        typed_block = None if typed is None else to_block(typed)
-        yield pa.RecordBatch.from_pydict({"_bucket": [bucket], "rows": [to_block(rows)], "typed": [typed_block]})
+        typed_block = None if typed is None else to_block(typed).to_pybytes()
+        yield pa.RecordBatch.from_pydict({"_bucket": [bucket], "rows": [to_block(rows).to_pybytes()], "typed": [typed_block]})
 
 
 def shuffled_groups(batches: Iterator[Any]) -> Iterator[tuple[int, Any, Any]]:
@@ -95,11 +96,11 @@ def write_block_file(directory: str, pieces: Iterable[tuple[int, Any, Any]]) -> 
     refs = collections.defaultdict(list)
     with open(path, "wb") as out:
         for bucket, rows, typed in pieces:
-            data, more = to_block(rows, None), b"" if typed is None else to_block(typed, None)
+            data, more = to_block(rows, None), pa.py_buffer(b"") if typed is None else to_block(typed, None)
             refs["_bucket"].append(bucket)
             refs["offset"].append(out.tell())
-            refs["rows"].append(len(data))
-            refs["typed"].append(len(more))
+            refs["rows"].append(data.size)
+            refs["typed"].append(more.size)
             out.write(data)
             out.write(more)
     if refs:
@@ -108,13 +109,15 @@ def write_block_file(directory: str, pieces: Iterable[tuple[int, Any, Any]]) -> 
 
 def file_groups(refs: dict[int, list[dict]]) -> Iterator[tuple[int, Any, Any]]:
     """``(bucket, rows, typed)`` for each bucket of ``refs`` (its ``BLOCK_REFS`` rows), joined; one bucket's blocks read at a time."""
+    import pyarrow as pa
+
     for bucket in sorted(refs):
         blocks = []
         for ref in refs[bucket]:
-            with open(ref["file"], "rb") as file:
+            with pa.OSFile(ref["file"]) as file:
                 file.seek(ref["offset"])
-                data = file.read(ref["rows"] + ref["typed"])
-            blocks.append((from_block(data[: ref["rows"]]), from_block(data[ref["rows"] :]) if ref["typed"] else None))
+                data = file.read_buffer(ref["rows"] + ref["typed"])  # an Arrow buffer: sliced below without a copy
+            blocks.append((from_block(data.slice(0, ref["rows"])), from_block(data.slice(ref["rows"])) if ref["typed"] else None))
         yield bucket, *joined(blocks)
 
 
