@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from lakes import TAP, joined, land, local_lake_at, ms, record_msg, schema_msg
 from singerlake.format.columnar import typed_texts
 from singerlake.format.exact import decode, join_all, records_needs, typed_table
+from singerlake.format.messages import decode_record_parts
 from singerlake.jobs.project import plan_stream, project
 from singerlake.jobs.staging import bulk_staging_rows, file_staging_rows, key_text, key_texts, record_times, staging_schema
 from singerlake.lake import Lake
@@ -164,6 +165,24 @@ def test_record_times_read_in_bulk_equal_parse_time_ms(values, ascii_only):
     raws = [b"" if value == Num("") else json.dumps(value, ensure_ascii=ascii_only).encode() for value in values]  # Num(""): absent
     expected = [None if value == Num("") else parse_time_ms(value) for value in values]
     assert record_times(raws).to_pylist() == expected
+
+
+@pytest.mark.parametrize(
+    ("lines", "parts"),
+    [
+        (b'{"record":{"a":1}}\n{"record":{"a":2},"version":3}\n', [(b'{"a":1}', b""), (b'{"a":2}', b"3")]),
+        (b'{"record":{"a":1}}\n\n{"record":{"a":2}}\n', None),  # a blank line
+        (b'{"record":{"a":1}} {"record":{"a":2}}\n', None),  # two values on one line
+        (b'{"record":{"a":1}} {"record":{"a":2}}\n\n{"record":{"a":3}}\n', None),  # and a blank line: as many values as lines
+        (b'{"record":{"a":1}}\n{"record":', None),  # a line that is no JSON
+        (b"\n", []),
+    ],
+)
+def test_record_lines_read_in_one_call_are_one_value_per_line_or_none(lines, parts):
+    """The bulk read takes a data file's RECORD lines in one decoder call, and only when each line is
+    one value; else (None) the line-by-line read names the line at fault."""
+    got = decode_record_parts(lines)
+    assert (got if got is None else [(bytes(part.record), bytes(part.version)) for part in got]) == parts
 
 
 STREAM = "things"
