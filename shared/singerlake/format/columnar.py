@@ -18,7 +18,7 @@ from singerlake.format.exact import MAX_DIGITS, column_type, declared, is_json, 
 STRICT_TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})$"
 STRICT_DATE = r"^\d{4}-\d{2}-\d{2}$"
 TIMES = ("timestamp", "date")
-BLOCK_BYTES = 4 << 20  # the reader's unit of parallel work; a record longer than this is typed by ``exact``
+BLOCK_BYTES = 4 << 20  # the reader's unit of work; a record longer than this is typed by ``exact``
 
 
 def concatenated(texts) -> Any:
