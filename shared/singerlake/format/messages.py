@@ -50,14 +50,18 @@ _record_parts = msgspec.json.Decoder(RecordParts)
 _sdc = msgspec.json.Decoder(_SdcTime)
 
 
-def decode_record_parts(lines: bytes) -> list[RecordParts] | None:
+def decode_record_parts(lines: bytes | memoryview) -> list[RecordParts] | None:
     """The parts of newline-terminated RECORD lines in one decoder call (a line holds no raw newline:
     JSON escapes it); None when one line is no JSON object, or blank, or holds more than one value
-    (``decode_envelope`` says which, line by line)."""
+    (``decode_envelope`` says which, line by line). A memoryview is read without a copy."""
     import numpy as np
 
-    text = lines.rstrip(b"\r\n")
-    if not text:
+    text = memoryview(lines)
+    end = len(text)
+    while end and text[end - 1] in b"\r\n":
+        end -= 1
+    text = text[:end]
+    if not end:
         return []
     try:
         parts = _record_parts.decode_lines(text)

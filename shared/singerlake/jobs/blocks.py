@@ -45,6 +45,14 @@ def to_block(table, compression: str | None = "lz4"):
     return sink.getvalue()
 
 
+def write_stream(sink, table) -> None:
+    """``table`` as one uncompressed Arrow IPC stream at ``sink``'s position (the sink stays open)."""
+    import pyarrow as pa
+
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
 def from_block(data):
     import pyarrow as pa
 
@@ -94,15 +102,17 @@ def write_block_file(directory: str, pieces: Iterable[tuple[int, Any, Any]]) -> 
 
     path = os.path.join(directory, f"{uuid.uuid4().hex}.arrow")
     refs = collections.defaultdict(list)
-    with open(path, "wb") as out:
+    with pa.OSFile(path, "wb") as out:  # blocks go straight to the file: no copy in memory first
         for bucket, rows, typed in pieces:
-            data, more = to_block(rows, None), pa.py_buffer(b"") if typed is None else to_block(typed, None)
+            start = out.tell()
+            write_stream(out, rows)
+            middle = out.tell()
+            if typed is not None:
+                write_stream(out, typed)
             refs["_bucket"].append(bucket)
-            refs["offset"].append(out.tell())
-            refs["rows"].append(data.size)
-            refs["typed"].append(more.size)
-            out.write(data)
-            out.write(more)
+            refs["offset"].append(start)
+            refs["rows"].append(middle - start)
+            refs["typed"].append(out.tell() - middle)
     if refs:
         yield pa.RecordBatch.from_pydict({**refs, "file": [path] * len(refs["_bucket"])}).select(BLOCK_REFS_NAMES)
 

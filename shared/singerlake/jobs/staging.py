@@ -92,8 +92,8 @@ def bulk_staging_rows(storage: Storage, keys: list[str], needs: dict, file: dict
     if not all(need is None or (isinstance(need, str) and need in KEY_READ) for need in key_needs):
         return None
     wanted = {name: pa.type_for_alias(KEY_READ[need]) for name, need in zip(keys, key_needs, strict=True)}
-    _schema_line, _, lines = read_data_file(storage, file["entry"]).partition(b"\n")
-    envelopes = decode_record_parts(lines)
+    data = read_data_file(storage, file["entry"])
+    envelopes = decode_record_parts(memoryview(data)[data.find(b"\n") + 1 or len(data) :])  # after the SCHEMA line, not copied
     runs = file["runs"]
     if not envelopes or len(envelopes) != sum(count for _, _, count in runs):
         return None
