@@ -11,6 +11,7 @@ whenever the fast path answers, its rows and types equal the exact path's.
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta, timezone
 from pathlib import Path
 
@@ -20,8 +21,8 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lakes import TAP, joined, land, local_lake_at, ms, record_msg, schema_msg
-from singerlake.format.columnar import typed_texts
-from singerlake.format.exact import decode, join_all, records_needs, typed_table
+from singerlake.format.columnar import in_one_strict_form, parse_times, typed_texts
+from singerlake.format.exact import decode, join_all, parse_date, parse_timestamp, records_needs, typed_table
 from singerlake.format.messages import decode_record_parts
 from singerlake.jobs.project import plan_stream, project
 from singerlake.jobs.staging import bulk_staging_rows, file_staging_rows, key_text, key_texts, record_times, staging_schema
@@ -165,6 +166,49 @@ def test_record_times_read_in_bulk_equal_parse_time_ms(values, ascii_only):
     raws = [b"" if value == Num("") else json.dumps(value, ensure_ascii=ascii_only).encode() for value in values]  # Num(""): absent
     expected = [None if value == Num("") else parse_time_ms(value) for value in values]
     assert record_times(raws).to_pylist() == expected
+
+
+def _one_form(kind: str):
+    """Texts all of one strict form of ``kind`` (times: as many fraction digits), one of them perhaps with
+    a byte replaced (a letter, a space, another separator, a digit: the form may break or still hold)."""
+    if kind == "date":
+        spelled = st.lists(st.dates().map(lambda d: d.isoformat()), min_size=1, max_size=6)
+    else:
+        fractions = st.integers(0, 6)
+        spelled = fractions.flatmap(
+            lambda k: st.lists(
+                st.datetimes().map(lambda t: t.replace(microsecond=0).isoformat() + (f".{t.microsecond:06d}"[: k + 1] if k else "") + "Z"),
+                min_size=1,
+                max_size=6,
+            )
+        )
+    return st.tuples(spelled, st.integers(0), st.integers(0), st.sampled_from("a :-T.Z5")).map(_replace_one)
+
+
+def _replace_one(drawn):
+    texts, which, at, byte = drawn
+    texts = list(texts)
+    if which % 3:  # now and then every text stays as made
+        index = which % len(texts)
+        text = texts[index]
+        texts[index] = text[: at % len(text)] + byte + text[at % len(text) + 1 :]
+    return texts
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["timestamp", "date"]).flatmap(lambda kind: st.tuples(st.just(kind), _one_form(kind))))
+def test_times_checked_all_at_once_are_read_as_exact_reads_them(drawn):
+    kind, texts = drawn
+    strict = re.compile(r"\d{4}-\d{2}-\d{2}" if kind == "date" else r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z", re.ASCII)
+    one_form = all(strict.fullmatch(text) for text in texts) and len({len(text) for text in texts}) == 1
+    assert in_one_strict_form(pa.array(texts, pa.string()), kind) == one_form
+    quoted = pa.array([f'"{text}"' for text in texts], pa.string())
+    assert in_one_strict_form(quoted, kind, b'"') == one_form
+    assert in_one_strict_form(pa.array([*texts, None], pa.string()), kind) is False  # a null: not known
+    parse = parse_date if kind == "date" else parse_timestamp
+    assert parse_times(pa.array(texts, pa.string()), kind).to_pylist() == [parse(text) for text in texts]
+    if kind == "timestamp":
+        assert record_times([f'"{text}"'.encode() for text in texts]).to_pylist() == [parse_time_ms(text) for text in texts]
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,11 @@ from singerlake.format.exact import MAX_DIGITS, column_type, declared, is_json, 
 STRICT_TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})$"
 STRICT_DATE = r"^\d{4}-\d{2}-\d{2}$"
 TIMES = ("timestamp", "date")
+# The strict forms of one width each ("d": a digit 0-9, else that byte): what ``in_one_strict_form`` checks
+STRICT_FORMS = {
+    "timestamp": [b"dddd-dd-ddTdd:dd:ddZ", *(b"dddd-dd-ddTdd:dd:dd." + b"d" * digits + b"Z" for digits in range(1, 7))],
+    "date": [b"dddd-dd-dd"],
+}
 # The reader's unit of work; a record longer than this is typed by ``exact``. Input of more than one
 # block is first cut at object boundaries, a pass of its own over every byte: a data file's records
 # (about 15 MiB per 50,000) read as one block take 11% less time than in 4 MiB blocks.
@@ -134,6 +139,27 @@ def times(strings, kind: str):
     return parsed if parsed.null_count == strings.null_count else None
 
 
+def in_one_strict_form(strings, kind: str, quote: bytes = b"") -> bool:
+    """Whether every text (a string array) is in the same strict form of ``kind`` (in ``quote``s): UTC
+    times all with as many fraction digits, or dates. Checked for all texts at once, a byte column at a
+    time (a regex costs 0.14 s per 1M texts, this 0.01 s). False also when some text is null."""
+    import numpy as np
+    import pyarrow as pa
+
+    if strings.type != pa.string() or strings.null_count or not len(strings):
+        return False
+    offsets = np.frombuffer(strings.buffers()[1], np.int32)[strings.offset : strings.offset + len(strings) + 1]
+    width = int(offsets[1] - offsets[0])
+    form = next((quote + form + quote for form in STRICT_FORMS[kind] if len(form) + 2 * len(quote) == width), None)
+    if form is None or (np.diff(offsets) != width).any():
+        return False
+    texts = np.frombuffer(strings.buffers()[2], np.uint8)[offsets[0] : offsets[-1]].reshape(-1, width)
+    template = np.frombuffer(form, np.uint8)
+    digit = template == ord("d")
+    digits = texts[:, digit]
+    return bool(((digits >= ord("0")) & (digits <= ord("9"))).all() and (texts[:, ~digit] == template[~digit]).all())
+
+
 def parse_times(strings, kind: str):
     """Date or time texts (``kind``) as Arrow values, as ``exact`` parses them: the strict form by Arrow,
     any other by Python; a text that is no date or time is null."""
@@ -146,9 +172,10 @@ def parse_times(strings, kind: str):
     else:
         strict, target, parse = STRICT_DATE, pa.date32(), parse_date
     strings = strings.combine_chunks() if isinstance(strings, pa.ChunkedArray) else strings
-    regular = pc.fill_null(pc.match_substring_regex(strings, strict), True)  # a null stays null
+    uniform = in_one_strict_form(strings, kind)
+    regular = None if uniform else pc.fill_null(pc.match_substring_regex(strings, strict), True)  # a null stays null
     try:
-        if pc.all(regular).as_py():
+        if uniform or pc.all(regular).as_py():
             return pc.cast(strings, target)
         values = pc.cast(pc.if_else(regular, strings, pa.scalar(None, pa.string())), target).to_pylist()
         others = np.flatnonzero(~regular.to_numpy(zero_copy_only=False)).tolist()

@@ -14,7 +14,15 @@ from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 from typing import Any
 
-from singerlake.format.columnar import STRICT_TIMESTAMP, concatenated, parse_times, read_lines, read_schema, typed_from
+from singerlake.format.columnar import (
+    STRICT_TIMESTAMP,
+    concatenated,
+    in_one_strict_form,
+    parse_times,
+    read_lines,
+    read_schema,
+    typed_from,
+)
 from singerlake.format.datafile import read_data_file
 from singerlake.format.exact import decode, json_text, table_schema
 from singerlake.format.messages import decode_envelope, decode_record_parts
@@ -160,7 +168,7 @@ def record_times(raws: list) -> Any:
     if texts is None:
         return pa.array([parse_time_ms(decode(bytes(raw))) if raw else None for raw in raws], pa.int64())
     inner = pc.binary_slice(texts.cast(pa.binary()), 1, -1).cast(pa.string())  # bytes: 20x faster than utf8_slice_codeunits
-    if pc.all(pc.match_substring_regex(texts, QUOTED_STRICT_TIMESTAMP)).as_py():  # the common case, in one pass
+    if in_one_strict_form(texts, "timestamp", b'"') or pc.all(pc.match_substring_regex(texts, QUOTED_STRICT_TIMESTAMP)).as_py():
         try:
             return milliseconds(pc.cast(inner, pa.timestamp("us", tz="UTC")))
         except pa.ArrowInvalid:  # a strict form that is no time (February 30th): as below
@@ -276,10 +284,11 @@ def current_indices(table, keyed: bool):
     """The indices of the current rows in ``table``, in position order: the latest row per ``_key`` by
     commit, then record time (a row without one loses), then position; without key properties every
     row. None when they are all its rows in their order. Only the small columns are sorted."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    rows = pa.array(range(table.num_rows), pa.int64())
+    rows = pa.array(np.arange(table.num_rows, dtype=np.int64))  # not range(): Python would make each number
     if keyed and table.num_rows and len(pc.unique(table["_key"])) < table.num_rows:  # else every row is current
         time = pc.fill_null(table["_singerlake_time"], NO_TIME)
         order = pa.table({"c": table["_singerlake_commit"], "t": time, "i": table["_singerlake_index"], "row": rows})
