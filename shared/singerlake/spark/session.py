@@ -194,8 +194,14 @@ def _copy_to_stderr(read_end: int) -> None:
 
 def stop_session(session, master: str) -> None:
     """Stop a Spark application; local-cluster's per-application logs under SPARK_HOME/work go too."""
-    app_id = session.sparkContext.applicationId
+    context = session.sparkContext
+    app_id = context.applicationId
+    # pyspark's accumulator server sees a shutdown only at its next poll, up to a second later: it
+    # stops in the background instead of holding up the end of every run (0.9 s of a 1M-record one)
+    server, context._accumulatorServer = getattr(context, "_accumulatorServer", None), None
     session.stop()
+    if server is not None:
+        threading.Thread(target=server.shutdown, name="singerlake-accumulator-stop", daemon=True).start()
     if master.startswith("local-cluster"):
         import shutil
         from pathlib import Path
