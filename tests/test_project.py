@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lakes import TAP, LakeUnderTest, duckdb_for, joined, land, local_lake_at, record_msg, schema_msg
 from singerlake.format.exact import decode, join_all, json_text, need_of, records_needs
-from singerlake.jobs import delta
+from singerlake.jobs import blocks, delta
 from singerlake.jobs.blocks import bucket_of
 from singerlake.jobs.delta import storage_options, table_key, table_uri
 from singerlake.jobs.project import project
@@ -193,6 +193,31 @@ def test_large_streams_rewrite_only_the_buckets_their_new_records_touch(local_la
     assert third["buckets"] == buckets and len(delta_actions(local_lake, 2, stream)["add"]) == buckets
     assert not {part["published"] for part in third["parts"]} & delta_actions(local_lake, 1, stream)["add"]
     assert published() == expected and str(DeltaTable(uri(local_lake, stream)).schema().fields[2].type) == 'PrimitiveType("decimal(6,3)")'
+
+
+def test_blocks_a_task_has_written_give_their_space_back_and_cannot_be_read_again(tmp_path):
+    """A write task releases the blocks it read once its parts are written: their bytes become holes
+    in the block file, the other buckets' blocks there stay readable, and a released block read again
+    (a retried task) fails instead of reading as a bucket without rows."""
+    import os
+
+    import pyarrow as pa
+
+    def rows(count: int):
+        return pa.table({"_singerlake_commit": [1] * count, "_singerlake_index": list(range(count)), "_record": ["x" * 200] * count})
+
+    written = blocks.write_block_file(str(tmp_path), [(0, rows(20_000), rows(5)), (1, rows(20_000), None)])
+    refs = [ref for batch in written for ref in batch.to_pylist()]
+    by_bucket = blocks.by_bucket(refs)
+    file = Path(refs[0]["file"])
+    held = file.stat().st_blocks
+    blocks.release({0: by_bucket[0]})
+    if os.uname().sysname == "Linux":
+        assert file.stat().st_blocks < held * 0.6, "bucket 0's bytes are given back"
+        with pytest.raises(pa.ArrowInvalid):
+            list(blocks.file_groups({0: by_bucket[0]}))
+    assert [(bucket, kept.num_rows, typed) for bucket, kept, typed in blocks.file_groups({1: by_bucket[1]})] == [(1, 20_000, None)]
+    assert file.stat().st_size == sum(ref["rows"] + ref["typed"] for ref in refs), "the file keeps its size"
 
 
 def test_large_keyless_streams_add_their_new_rows_and_rewrite_nothing(local_lake, spark):  # noqa: F811

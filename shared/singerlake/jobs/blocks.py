@@ -10,6 +10,7 @@ block is, not the blocks, and nothing is compressed to be read back on the same 
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import uuid
 import zlib
@@ -129,6 +130,45 @@ def file_groups(refs: dict[int, list[dict]]) -> Iterator[tuple[int, Any, Any]]:
                 data = file.read_buffer(ref["rows"] + ref["typed"])  # an Arrow buffer: sliced below without a copy
             blocks.append((from_block(data.slice(0, ref["rows"])), from_block(data.slice(ref["rows"])) if ref["typed"] else None))
         yield bucket, *joined(blocks)
+
+
+PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE (Linux)
+
+
+@functools.cache
+def _fallocate():
+    """libc's fallocate(2), or None where there is none."""
+    import ctypes
+
+    try:
+        call = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    return call
+
+
+def release(refs: dict[int, list[dict]]) -> None:
+    """Give back the disk space and page cache of blocks written into parts: each becomes a hole in its
+    block file, freed while other tasks run rather than all when the run's directory is removed (3.8 GB
+    for 10M records: 1.4 s at the run's end). Called by the task that read them, once its parts are
+    written; a block read again after that fails (no schema) instead of reading as no rows."""
+    fallocate = _fallocate()
+    if fallocate is None:
+        return
+    by_file: dict[str, list[dict]] = collections.defaultdict(list)
+    for ref in (ref for blocks in refs.values() for ref in blocks):
+        by_file[ref["file"]].append(ref)
+    for path, blocks in by_file.items():
+        try:
+            fd = os.open(path, os.O_WRONLY)
+        except OSError:
+            continue  # gone: nothing to give back
+        try:
+            for ref in blocks:
+                fallocate(fd, PUNCH_HOLE, ref["offset"], ref["rows"] + ref["typed"])  # failing: freed with the directory
+        finally:
+            os.close(fd)
 
 
 def joined(blocks: list[tuple[Any, Any]]) -> tuple[Any, Any]:

@@ -652,6 +652,7 @@ def _write_filed(storage: Storage, item: dict, threads: int, tasks: list[dict], 
     for batch in batches:
         for task in batch.column("id").to_pylist():
             yield from _write_buckets(storage, item, threads, blocks.file_groups(tasks[task]))
+            blocks.release(tasks[task])
 
 
 def _collect_parts(spark, frame) -> list[dict]:
