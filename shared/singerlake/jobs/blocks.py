@@ -36,21 +36,20 @@ def bucket_of(key: str, buckets: int) -> int:
     return int(buckets_of([key.encode()], buckets)[0])
 
 
-def to_block(table, compression: str | None = "lz4"):
-    """``table`` as one Arrow IPC stream, an Arrow buffer (a file takes it as it is, the shuffle as bytes)."""
+def to_block(table):
+    """``table`` as one lz4-compressed Arrow IPC stream, in bytes (for Spark's shuffle)."""
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as writer:
-        writer.write_table(table)
-    return sink.getvalue()
+    write_stream(sink, table, "lz4")
+    return sink.getvalue().to_pybytes()
 
 
-def write_stream(sink, table) -> None:
-    """``table`` as one uncompressed Arrow IPC stream at ``sink``'s position (the sink stays open)."""
+def write_stream(sink, table, compression: str | None = None) -> None:
+    """``table`` as one Arrow IPC stream at ``sink``'s position (the sink stays open)."""
     import pyarrow as pa
 
-    with pa.ipc.new_stream(sink, table.schema) as writer:
+    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as writer:
         writer.write_table(table)
 
 
@@ -82,8 +81,8 @@ def shuffle_blocks(pieces: Iterable[tuple[int, Any, Any]]) -> Iterator[Any]:
     import pyarrow as pa
 
     for bucket, rows, typed in pieces:
-        typed_block = None if typed is None else to_block(typed).to_pybytes()
-        yield pa.RecordBatch.from_pydict({"_bucket": [bucket], "rows": [to_block(rows).to_pybytes()], "typed": [typed_block]})
+        typed_block = None if typed is None else to_block(typed)
+        yield pa.RecordBatch.from_pydict({"_bucket": [bucket], "rows": [to_block(rows)], "typed": [typed_block]})
 
 
 def shuffled_groups(batches: Iterator[Any]) -> Iterator[tuple[int, Any, Any]]:
