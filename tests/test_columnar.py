@@ -21,9 +21,9 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lakes import TAP, joined, land, local_lake_at, ms, record_msg, schema_msg
-from singerlake.format.columnar import in_one_strict_form, parse_times, typed_texts
+from singerlake.format.columnar import in_one_strict_form, one_per_line, parse_times, read_lines, typed_texts
 from singerlake.format.exact import decode, join_all, parse_date, parse_timestamp, records_needs, typed_table
-from singerlake.format.messages import decode_record_parts
+from singerlake.format.messages import cut_record_lines, decode_record_parts
 from singerlake.jobs.project import plan_stream, project
 from singerlake.jobs.staging import bulk_staging_rows, file_staging_rows, key_text, key_texts, record_times, staging_schema
 from singerlake.lake import Lake
@@ -227,6 +227,94 @@ def test_record_lines_read_in_one_call_are_one_value_per_line_or_none(lines, par
     one value; else (None) the line-by-line read names the line at fault."""
     got = decode_record_parts(lines)
     assert (got if got is None else [(bytes(part.record), bytes(part.version)) for part in got]) == parts
+
+
+def envelope_line(stream: str, record: str, time: str | None, version: int | None, spaced: bool, order: int) -> bytes:
+    """A RECORD line as a tap may spell it: spaced or not, its keys in one of several orders."""
+    colon, comma = (": ", ", ") if spaced else (":", ",")
+    fields = [("type", '"RECORD"'), ("stream", json.dumps(stream)), ("record", record)]
+    fields += [("time_extracted", time)] if time is not None else []
+    fields += [("version", str(version))] if version is not None else []
+    fields = fields[order % len(fields) :] + fields[: order % len(fields)]
+    return ("{" + comma.join(f'"{name}"{colon}{value}' for name, value in fields) + "}\n").encode()
+
+
+def parts_of(lines: bytes) -> list | None:
+    parts = decode_record_parts(lines)
+    return None if parts is None else [(bytes(p.record), bytes(p.time_extracted), bytes(p.version)) for p in parts]
+
+
+def cut_parts(lines: bytes) -> list | None:
+    """The cut's parts, when it cuts and Arrow reads every record it cut as one object (as the bulk read does)."""
+    cut = cut_record_lines(lines)
+    if cut is None:
+        return None
+    read = read_lines(one_per_line(cut.records), pa.schema([]))
+    if read is None or read.num_rows != len(cut.records):
+        return None
+    times = cut.times.to_pylist()
+    return [(record.encode(), time.encode(), cut.version) for record, time in zip(cut.records.to_pylist(), times, strict=True)]
+
+
+texts = st.text(st.sampled_from('ab{}[]":,\\\n é'), max_size=8)
+values = st.recursive(
+    st.none() | st.booleans() | st.integers() | texts,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
+    max_leaves=6,
+)
+strict_times = st.datetimes().map(lambda t: t.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+# (line, bytes from its start or end, bytes replaced, replacement): the envelope is at a line's ends
+replacements = st.sampled_from([b"", b'"', b"\\", b"{", b"}", b",", b" ", b"0", b"\n", b":", b"N"])
+mutation = st.tuples(st.integers(0, 5), st.integers(-60, 60), st.integers(0, 2), replacements)
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(
+    stream=st.sampled_from(["users", 'a "record":{}', "{}", "é\\n"]),
+    records=st.lists(st.dictionaries(texts, values, max_size=4), min_size=1, max_size=6),
+    times=st.lists(st.one_of(strict_times.map(json.dumps), st.just("null"), st.just('"2024"'), st.none()), min_size=6, max_size=6),
+    same_time=st.booleans(),
+    version=st.one_of(st.none(), st.integers(-3, 2**70)),
+    spaced=st.booleans(),
+    order=st.integers(0, 4),
+    mutations=st.lists(mutation, max_size=2),
+)
+def test_record_lines_cut_by_position_give_what_the_decoder_gives(stream, records, times, same_time, version, spaced, order, mutations):
+    """Lines that wrap their records alike are cut by position (``cut_record_lines``); whenever the cut
+    answers and Arrow reads its records (as the bulk read does), its records, times and version are the
+    decoder's, byte for byte, also for lines altered after they were written (a quote, a brace, a
+    newline put in or taken out); and lines as singer-sdk writes them are cut."""
+    times = [times[0]] * len(records) if same_time else times[: len(records)]
+    lines = [envelope_line(stream, to_json(record), time, version, spaced, order) for record, time in zip(records, times, strict=True)]
+    data = b"".join(lines)
+    if not mutations and same_time and times[0] not in (None, "null") and order == 0:
+        assert cut_record_lines(data) is not None  # alike, the time after the record (singer-sdk's order): cut
+    for line, before_end, size, text in mutations:  # before_end <= 0: from the line's start
+        ends = [index for index, byte in enumerate(data) if byte == ord("\n")] or [len(data)]
+        end = ends[line % len(ends)]
+        place = max(0, end - before_end) if before_end > 0 else max(0, end - (end - ([-1, *ends][line % len(ends)] + 1)) - before_end)
+        data = data[:place] + text + data[place + size :]
+    got = cut_parts(data)
+    if got is not None:
+        assert got == parts_of(data)
+
+
+HEAD, TAIL = b'{"type":"RECORD","stream":"s","record":', b',"time_extracted":"2024-01-01T00:00:00Z"}\n'
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        HEAD + b"{}" + TAIL + HEAD + b"  " + TAIL + HEAD + b"{} {}" + TAIL,  # no record, then two: as many as lines
+        HEAD + b"{}" + TAIL + HEAD + b'{"a":"}' + TAIL + HEAD + b'{"}' + TAIL,  # a string running into the next record
+        HEAD + b"{}" + TAIL + HEAD + b"{}" + TAIL.replace(b"00Z", b'0"Z'),  # a quote in the time
+        HEAD.replace(b'"s"', b'"s","version":1') + b"{}" + TAIL + HEAD.replace(b'"s"', b'"s","version":2') + b"{}" + TAIL,  # versions
+        HEAD + b"{}" + TAIL + HEAD + b"[]" + TAIL,  # no object
+        HEAD + b"{}" + TAIL.replace(b"}", b',"version":1}') + HEAD + b"{}" + TAIL.replace(b"}", b',"version":2}'),  # another version after
+    ],
+)
+def test_record_lines_wrapped_alike_but_no_json_are_not_cut(lines):
+    assert cut_parts(lines) in (None, parts_of(lines))
 
 
 STREAM = "things"

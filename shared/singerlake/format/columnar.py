@@ -29,18 +29,21 @@ STRICT_FORMS = {
 BLOCK_BYTES = 64 << 20
 
 
-def concatenated(texts) -> Any:
-    """JSON texts (an Arrow string array, one value each, none null) as one buffer, value after value,
-    without a copy when they are in one chunk: ``read_lines`` splits objects by their syntax."""
+def one_per_line(texts) -> Any:
+    """JSON texts (an Arrow string array, one value each, none null) as one buffer, a text per line:
+    a text holds no raw newline (JSON escapes it in strings), so one that is not a whole value (say
+    ``{"a":"}``) cannot be read together with the next (``{"}``) as one, and ``read_lines`` fails
+    rather than misplace a row."""
     import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
     if not len(texts):
         return pa.py_buffer(b"")
-    width = np.int64 if pa.types.is_large_string(texts.type) or pa.types.is_large_binary(texts.type) else np.int32
-    offsets = np.frombuffer(texts.buffers()[1], width)[texts.offset : texts.offset + len(texts) + 1]
-    return texts.buffers()[2][int(offsets[0]) : int(offsets[-1])]
+    lines = pc.binary_join_element_wise(texts, "", "\n")  # each text, then a newline
+    width = np.int64 if pa.types.is_large_string(lines.type) else np.int32
+    return lines.buffers()[2][: int(np.frombuffer(lines.buffers()[1], width)[len(lines)])]
 
 
 def read_lines(data, schema):
@@ -49,7 +52,7 @@ def read_lines(data, schema):
     import pyarrow as pa
     import pyarrow.json as pj
 
-    # newlines_in_values: objects are told apart by their syntax, not by lines, so texts need no joining.
+    # newlines_in_values: objects are told apart by their syntax, whatever their lines.
     # One thread: callers read files side by side already (a Spark task per core, a thread per file);
     # the reader's own threads on top cost 2-5% more CPU (a 10M-record projection, 2 cores).
     options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore", newlines_in_values=True)
@@ -128,7 +131,7 @@ def typed_texts(properties: dict, types: dict, texts):
         return None
     if not len(texts):
         return table_schema(properties, types).empty_table()
-    read = read_lines(concatenated(texts), schema)
+    read = read_lines(one_per_line(texts), schema)
     return None if read is None or read.num_rows != len(texts) else typed_from(read, properties, types)
 
 
