@@ -253,7 +253,10 @@ def cut_parts(lines: bytes) -> list | None:
     if read is None or read.num_rows != len(cut.records):
         return None
     times = cut.times.to_pylist()
-    return [(record.encode(), time.encode(), cut.version) for record, time in zip(cut.records.to_pylist(), times, strict=True)]
+    return [
+        (record.encode(), time.encode(), version)
+        for record, time, version in zip(cut.records.to_pylist(), times, cut.versions, strict=True)
+    ]
 
 
 texts = st.text(st.sampled_from('ab{}[]":,\\\n é'), max_size=8)

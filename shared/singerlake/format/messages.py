@@ -73,15 +73,15 @@ def decode_record_parts(lines: bytes | memoryview) -> list[RecordParts] | None:
     return parts if len(parts) == len(newlines) + 1 and not blank else None
 
 
-class CutRecords(NamedTuple):
-    """A data file's RECORD lines cut apart by position (``cut_record_lines``): Arrow string arrays of JSON texts."""
+class RecordTexts(NamedTuple):
+    """The parts of a data file's RECORD lines, each kept as its JSON text."""
 
-    records: Any  # each line's record
-    times: Any  # each line's time_extracted ("" when the lines have none)
-    version: bytes  # the version every line carries (b"": none)
+    records: Any  # each line's record, an Arrow string array
+    times: Any  # each line's time_extracted, an Arrow string array ("": none)
+    versions: list  # each line's version (b"": none)
 
 
-def cut_record_lines(lines: bytes | memoryview) -> CutRecords | None:
+def cut_record_lines(lines: bytes | memoryview) -> RecordTexts | None:
     """The parts of newline-terminated RECORD lines that all wrap their records alike, found by
     position instead of by a decoder pass over every byte (a third of the time, 1M records): the
     bytes before each record are the first line's, and so are those after it, but for the digits
@@ -133,7 +133,7 @@ def cut_record_lines(lines: bytes | memoryview) -> CutRecords | None:
         quoted = np.ascontiguousarray(after[:, time.start - 1 : time.stop + 1])
         time_offsets = pa.py_buffer(np.arange(count + 1, dtype=np.int32) * quoted.shape[1])
         times = pa.StringArray.from_buffers(count, time_offsets, pa.py_buffer(quoted.tobytes()))
-    return CutRecords(records, times, version)
+    return RecordTexts(records, times, [version] * count)
 
 
 def _wrapping(line: bytes) -> tuple[bytes, bytes, slice, bytes] | None:

@@ -12,7 +12,7 @@ import functools
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
-from typing import Any, NamedTuple
+from typing import Any
 
 from singerlake.format.columnar import (
     STRICT_TIMESTAMP,
@@ -25,7 +25,7 @@ from singerlake.format.columnar import (
 )
 from singerlake.format.datafile import read_data_file
 from singerlake.format.exact import decode, json_text, table_schema
-from singerlake.format.messages import cut_record_lines, decode_envelope, decode_record_parts
+from singerlake.format.messages import RecordTexts, cut_record_lines, decode_envelope, decode_record_parts
 from singerlake.replay.datasource import planned_lines
 from singerlake.storage import Storage
 from singerlake.times import parse_time_ms, record_time_ms
@@ -133,18 +133,13 @@ def bulk_staging_rows(storage: Storage, keys: list[str], needs: dict, file: dict
     return pa.table(columns, schema=staging_schema()), typed
 
 
-class RecordTexts(NamedTuple):
-    records: Any  # each RECORD line's record as JSON text, an Arrow string array ("{}": none)
-    times: Any  # each line's time_extracted as JSON text, an Arrow string array ("": none)
-    versions: list  # each line's version as JSON text (b"": none)
-
-
 def record_texts(lines: memoryview) -> RecordTexts | None:
-    """The parts of a data file's RECORD lines: cut by position when they all wrap their records
-    alike (``cut_record_lines``), else decoded line by line; None when that cannot read them."""
+    """The parts of a data file's RECORD lines (a record without one: ``{}``): cut by position when
+    they all wrap their records alike (``cut_record_lines``), else decoded in one call; None when
+    that cannot read them."""
     cut = cut_record_lines(lines)
     if cut is not None:
-        return RecordTexts(cut.records, cut.times, [cut.version] * len(cut.records))
+        return cut
     envelopes = decode_record_parts(lines)
     if envelopes is None:
         return None
