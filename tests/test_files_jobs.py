@@ -85,13 +85,13 @@ def test_vacuum_deletes_what_a_dead_push_left_and_nothing_committed(pushed, tmp_
     assert len(lake.find_files("app-log", work_id="deploy-7")) == 3  # the dead push is invisible
     before = {info.key for info in lake.storage.list("files/")}
 
-    dry = _run("vacuum", root, "--retention", "0s", "--json")
+    dry = _run("vacuum", root, "--retention", "0s", "--force", "--json")
     planned = {d["path"] for d in json.loads(dry.stdout)["deletions"]}
     kinds = sorted(key.split("/")[1] for key in planned)
     assert kinds == ["data", "ids", "index", "index"], planned  # its bytes, record, day and work pointers
     assert {info.key for info in lake.storage.list("files/")} == before  # a dry run deletes nothing
 
-    applied = _run("vacuum", root, "--retention", "0s", "--apply")
+    applied = _run("vacuum", root, "--retention", "0s", "--force", "--apply")
     assert applied.returncode == 0, applied.stderr
     assert {info.key for info in lake.storage.list("files/")} == before - planned
     assert _run("verify", root).returncode == 0

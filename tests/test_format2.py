@@ -311,13 +311,13 @@ def test_a_newer_format_is_refused_by_name_and_never_rebuilt(tmp_path):
     _stream_of(lake.storage, 3)
     key = PATHS.manifest
     doc = json.loads(lake.storage.read(key).data)
-    newer = json.dumps({**doc, "spec_version": "2.1"}).encode()
+    newer = json.dumps({**doc, "spec_version": "2.3"}).encode()
     lake.storage.write(key, newer)
-    with pytest.raises(NewerFormat, match=r"manifest.json: written under lake format 2.1, newer than the 2.0"):
+    with pytest.raises(NewerFormat, match=r"manifest.json: written under lake format 2.3, newer than the 2.2"):
         lake.manifest(PATHS.tap_id, PATHS.stream)
     cli = subprocess.run(
         [sys.executable, "-m", "singerlake.cli", "repair", str(tmp_path / "lake"), "--apply"], capture_output=True, text=True
     )
     assert cli.returncode != 0 and "Traceback" not in cli.stderr
-    assert "newer than the 2.0" in cli.stderr
+    assert "newer than the 2.2" in cli.stderr
     assert lake.storage.read(key).data == newer  # untouched

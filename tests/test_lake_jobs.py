@@ -245,10 +245,10 @@ def test_vacuum_respects_retention_and_never_deletes_referenced_files(lake):
     referenced = set(lake.data_keys()) - {orphan}
 
     assert vacuum(open_lake(lake), apply=True) == []  # 7 days by default: the orphan is too young
-    planned = vacuum(open_lake(lake), retention_s=0)
+    planned = vacuum(open_lake(lake), retention_s=0, force=True)
     assert [d.path for d in planned] == [orphan] and lake.storage.exists(orphan), "dry run by default"
     later = now_ms() + DAY_MS
-    assert [d.path for d in vacuum(open_lake(lake), retention_s=0, apply=True, now=later)] == [orphan]
+    assert [d.path for d in vacuum(open_lake(lake), retention_s=0, apply=True, now=later, force=True)] == [orphan]
     assert set(lake.data_keys()) == referenced
 
 

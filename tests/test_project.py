@@ -417,7 +417,7 @@ def test_vacuum_deletes_replaced_delta_and_staging_files_after_the_retention(loc
     project(open_lake(local_lake), spark, TAP)
     old = set(DeltaTable(uri(local_lake), version=0).file_uris())
     assert vacuum(open_lake(local_lake), retention_s=7 * 86400, apply=True) == []  # nothing is old enough
-    deleted = vacuum(open_lake(local_lake), retention_s=0, apply=True)
+    deleted = vacuum(open_lake(local_lake), retention_s=0, apply=True, force=True)
     assert {Path(p).name for p in old} <= {Path(d.path).name for d in deleted}
     assert any(d.path.startswith("staging/") for d in deleted)
     latest = DeltaTable(uri(local_lake)).to_pyarrow_table().to_pylist()

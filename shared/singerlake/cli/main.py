@@ -125,12 +125,15 @@ def cmd_repair(args: argparse.Namespace) -> int:
 def cmd_vacuum(args: argparse.Namespace) -> int:
     from singerlake.jobs.vacuum import parse_duration, vacuum
 
+    retention = parse_duration(args.retention)
     lake = open_lake(args)
-    deletions = vacuum(lake, parse_duration(args.retention), apply=args.apply)
+    notes: list[str] = []
+    deletions = vacuum(lake, retention, apply=args.apply, force=args.force, iceberg_catalog=args.iceberg_catalog, notes=notes)
     freed = sum(d.size for d in deletions)
     verb = "deleted" if args.apply else "would be deleted (dry run; --apply to delete)"
-    text = "\n".join([*map(str, deletions), f"{len(deletions)} file(s), {freed:,} bytes {verb}"])
-    emit(args, {"applied": args.apply, "deletions": [d.to_dict() for d in deletions]}, text)
+    lines = [*map(str, deletions), *(f"left for a later pass: {note}" for note in notes)]
+    text = "\n".join([*lines, f"{len(deletions)} file(s), {freed:,} bytes {verb}"])
+    emit(args, {"applied": args.apply, "deletions": [d.to_dict() for d in deletions], "left": notes}, text)
     return 0
 
 
@@ -380,6 +383,10 @@ def parser() -> argparse.ArgumentParser:
     vacuum = command("vacuum", cmd_vacuum, "delete orphans and replaced files older than the retention (dry run by default)")
     vacuum.add_argument("--retention", default="7d", help="minimum age, e.g. 7d, 12h, 30m (default 7d)")
     vacuum.add_argument("--apply", action="store_true", help="delete the files (default: only list them)")
+    vacuum.add_argument("--force", action="store_true", help="accept a retention under 1h (readers of older versions may lose files)")
+    vacuum.add_argument(
+        "--iceberg-catalog", metavar="NAME", help="pyiceberg catalog of the Iceberg tables: their snapshots older than the retention expire"
+    )
     for name, run, text in (
         ("compact", cmd_compact, "merge small files of each stream-schema"),
         ("project", cmd_project, "raw -> staging/ and published/"),

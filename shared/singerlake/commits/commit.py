@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable
@@ -127,16 +128,48 @@ def update_manifest(
 def sealed_bytes(manifest: Manifest) -> bytes:
     """The root to write: the tail sealed if it outgrew its bound, and every new part written first."""
     manifest.seal()
+    check_horizon(manifest, manifest.staged_part_ids(), "manifest part")
     manifest.write_parts()
     return manifest.to_bytes()
 
 
+def check_horizon(manifest: Manifest, ids, kind: str) -> None:
+    """Refuse to name new objects whose ids vacuum may have deleted as orphans (SPEC.md §15)."""
+    below = manifest.below_horizon(ids)
+    if below:
+        raise CommitRejected(
+            f"{manifest.stream!r}: {len(below)} {kind}(s) written before a vacuum deleted orphans up to {manifest.vacuumed} "
+            f"(e.g. {below[0]}); nothing was committed, run again"
+        )
+
+
 def write_manifest(storage: Storage, paths: StreamPaths, manifest: Manifest) -> Manifest:
-    """Replace the stream's manifest with ``manifest`` (a rebuild, an upgrade), parts first."""
+    """Replace the stream's manifest with ``manifest`` (a rebuild, an upgrade), parts first. The root it
+    replaces keeps its horizon (SPEC.md §15): its ``vacuumed`` is carried over, and the parts written
+    here are refused if a vacuum raised it above them meanwhile."""
     manifest.store = manifest.store or PartStore(storage, paths)
-    data = sealed_bytes(manifest)
-    manifest.stored = compare_and_swap(storage, paths.manifest, lambda current: None if current == data else data)
+    manifest.seal()
+    written = manifest.staged_part_ids()
+    manifest.write_parts()
+
+    def change(current: bytes | None) -> bytes | None:
+        manifest.vacuumed = max(filter(None, [manifest.vacuumed, _horizon_of(current)]), default=None)
+        check_horizon(manifest, written, "manifest part")
+        data = manifest.to_bytes()
+        return None if current == data else data
+
+    manifest.stored = compare_and_swap(storage, paths.manifest, change)
     return manifest
+
+
+def _horizon_of(root: bytes | None) -> str | None:
+    """The ``vacuumed`` of a root that may be invalid (a rebuild replaces such roots)."""
+    try:
+        doc = json.loads(root) if root else None
+    except ValueError:
+        return None
+    found = doc.get("vacuumed") if isinstance(doc, dict) else None
+    return found if isinstance(found, str) else None
 
 
 def register_writer(storage: Storage, paths: StreamPaths, schema_hash: str, writer_id: str, **kwargs) -> Manifest:
@@ -204,6 +237,7 @@ def commit_many(
             new = [r for r in records if r["id"] not in present]
             if not new:
                 continue
+            check_horizon(manifest, [r["id"] for r in new], "data file")
             for record in sorted(new, key=lambda r: r["id"]):
                 schema, keys = schemas[record["schema_hash"]]
                 manifest.add_version(record["schema_hash"], schema, keys, file_id_ms(record["id"]))

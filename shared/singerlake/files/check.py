@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 
+from singerlake.commits.lock import Lock, LockLost, LockTimeout, looks_stale, read_lock
 from singerlake.files import index, layout
 from singerlake.format.metadata import new_digest
 from singerlake.storage import NotFound, ObjectInfo, Storage
-from singerlake.times import iso_ms
+from singerlake.times import iso_ms, now_ms
 
 
 @dataclass(frozen=True)
@@ -27,12 +29,23 @@ class WhatState:
     """One what's committed records (by id, the earliest push's) and the keys around them."""
 
     what: str
-    segments: dict[str, list[dict]]  # txn -> records
+    segments: dict[str, list[dict]]  # txn -> records, committed pushes only
     records: dict[str, dict]
     listing: dict[str, ObjectInfo]  # everything under files/index/<what>/ and files/data/<what>/
+    aborting: frozenset[str] = frozenset()  # a dry run's stale txns, taken as aborted
 
     def pointers(self) -> set[str]:
-        return {k for k in self.listing if k.startswith(layout.index_dir(self.what)) and "/segments/" not in k}
+        kinds = tuple(f"{layout.index_dir(self.what)}/{kind}/" for kind in ("day", "long", "work"))
+        return {k for k in self.listing if k.startswith(kinds)}
+
+    def leases(self) -> dict[str, str]:
+        """txn -> key of the pushes' leases (SPEC.md §15)."""
+        prefix = layout.pending_dir(self.what)
+        return {k[len(prefix) :]: k for k in self.listing if k.startswith(prefix)}
+
+    def ended(self) -> set[str]:
+        """The txns that have a segment: committed, or aborted by a vacuum."""
+        return set(index.segment_txns(None, self.what, self.listing)) | self.aborting
 
 
 def read_what(storage: Storage, what: str) -> WhatState:
@@ -41,8 +54,13 @@ def read_what(storage: Storage, what: str) -> WhatState:
     return WhatState(what, segments, index.first_per_id(segments), listing)
 
 
+def all_whats(storage: Storage) -> list[str]:
+    """Every what with an index or stored bytes (a push killed before its lease left bytes only)."""
+    return sorted(set(index.whats(storage)) | set(storage.list_dirs(f"{layout.FILES}/data/")))
+
+
 def states(storage: Storage) -> Iterator[WhatState]:
-    for what in index.whats(storage):
+    for what in all_whats(storage):
         yield read_what(storage, what)
 
 
@@ -71,7 +89,7 @@ def _verify_what(storage: Storage, state: WhatState, check_hashes: bool) -> list
     with ThreadPoolExecutor(storage.parallel_requests) as pool:
         stored = dict(zip(state.records, pool.map(lambda fid: _stored_record(storage, fid), state.records), strict=True))
     for fid, found in stored.items():
-        if found is None or not index.segment_exists(storage, state.what, found.get("txn", "")):
+        if found is None or found.get("txn") not in state.segments:
             problems.append(
                 Problem("metadata", layout.record_key(fid), "record file missing or not naming a committed push (repair rewrites it)")
             )
@@ -81,6 +99,9 @@ def _verify_what(storage: Storage, state: WhatState, check_hashes: bool) -> list
     for key, info in state.listing.items():
         if key.startswith(f"{layout.FILES}/data/") and key not in keys:
             problems.append(Problem("orphan", key, f"bytes of a push that never committed, written {iso_ms(int(info.mtime * 1000))}"))
+    for txn, key in state.leases().items():
+        if txn not in state.ended() and looks_stale(read_lock(storage, key), now_ms()):
+            problems.append(Problem("stale_lock", key, f"lease of push {txn}, which died before its commit (vacuum aborts it)"))
     if check_hashes:
         present = [r for r in state.records.values() if r["key"] in state.listing]
         with ThreadPoolExecutor(storage.parallel_requests) as pool:
@@ -118,51 +139,114 @@ def repair_files(storage: Storage, apply: bool) -> list[tuple[str, str]]:
                 storage.write(key, b"", if_none_match=True)
         for fid, record in state.records.items():
             found = _stored_record(storage, fid)
-            if found is None or not index.segment_exists(storage, state.what, found.get("txn", "")):
+            if found is None or found.get("txn") not in state.segments:
                 actions.append((layout.record_key(fid), "rewrite the record file from its committed push"))
                 if apply:
                     storage.write(layout.record_key(fid), json.dumps(record, separators=(",", ":")).encode())
     return actions
 
 
-def vacuum_files(storage: Storage, cutoff_ms: int, apply: bool) -> list[tuple[str, str, int]]:
-    """Leftovers of pushes that never committed, older than the cutoff: (path, reason, size). Before
-    deleting, they are found again: what a push committed meanwhile is kept."""
-    chosen = _leftovers(storage, cutoff_ms)
-    if apply and chosen:
-        again = {path for path, _, _ in _leftovers(storage, cutoff_ms)}
-        chosen = [c for c in chosen if c[0] in again]
-        for key, _, _ in chosen:
-            storage.delete(key)
-    return chosen
+# -- vacuum (SPEC.md §15) ---------------------------------------------------------------------------
+Found = tuple[str, str, int]  # (path, reason, size)
 
 
-def _leftovers(storage: Storage, cutoff_ms: int) -> list[tuple[str, str, int]]:
-    chosen: list[tuple[str, str, int]] = []
-    for state in states(storage):
-        committed_keys = {r["key"] for r in state.records.values()}
-        for key, info in state.listing.items():
-            written = int(info.mtime * 1000)
-            if written > cutoff_ms:
+def vacuum_files(storage: Storage, cutoff_ms: int, apply: bool, notes: list[str] | None = None) -> list[Found]:
+    """Leftovers of pushes that never committed (or were aborted), older than the cutoff. With ``apply``
+    each what is vacuumed holding its ``vacuum.lock`` (another vacuum's: the what is skipped), the txns
+    of stale leases are aborted, and a what with a live push is left for a later pass."""
+    notes = [] if notes is None else notes
+    now = now_ms()
+    with ExitStack() as stack:
+        held: dict[str, Lock] = {}
+        for what in all_whats(storage):
+            if not apply:
+                held[what] = None
                 continue
-            if key.startswith(f"{layout.FILES}/data/"):
-                if key not in committed_keys:
-                    chosen.append((key, f"bytes of a push that never committed, written {iso_ms(written)}", info.size))
-            elif "/segments/" not in key and key.rsplit("/", 1)[1] not in state.segments:
-                chosen.append((key, f"index pointer of a push that never committed, written {iso_ms(written)}", info.size))
-    chosen += _stale_records(storage, cutoff_ms)
-    for info in storage.leftovers(f"{layout.FILES}/"):
-        if info.mtime * 1000 <= cutoff_ms:
-            chosen.append((info.key, f"partial write left by a crash at {iso_ms(int(info.mtime * 1000))}", info.size))
+            try:
+                held[what] = stack.enter_context(Lock(storage, layout.vacuum_lock_key(what), writer_prefix="vacuum", wait_s=0))
+            except LockTimeout:
+                notes.append(f"files/index/{what}: another vacuum is at work; left for a later pass")
+        found: dict[str, list[Found]] = {}
+        committed: set[str] = set()
+        for what in held:
+            state = _settled_state(storage, what, apply, now)
+            committed |= set(state.records)
+            live = [txn for txn, key in state.leases().items() if txn not in state.ended()]
+            if live:
+                notes.append(f"files/index/{what}: a push is under way (txn {live[0]}); its what is left for a later pass")
+                continue
+            found[what] = _leftovers(storage, state, cutoff_ms)
+        for what, record in _uncommitted_records(storage, cutoff_ms, committed | _committed_elsewhere(storage, held)):
+            if what in found or what is None:
+                found.setdefault(what, []).append(record)
+        if apply:
+            for what, chosen in found.items():
+                found[what] = _delete(storage, held.get(what), chosen, notes)
+    return [item for chosen in found.values() for item in chosen]
+
+
+def _settled_state(storage: Storage, what: str, apply: bool, now: int) -> WhatState:
+    """The what's state once the txns of stale leases are aborted (with ``apply``; else as if they were)."""
+    state = read_what(storage, what)
+    stale = [txn for txn, key in state.leases().items() if txn not in state.ended() and looks_stale(read_lock(storage, key), now)]
+    if not stale:
+        return state
+    if not apply:
+        return WhatState(what, state.segments, state.records, state.listing, frozenset(stale))
+    for txn in stale:
+        index.abort(storage, what, txn)  # False: it committed first, which the state read next shows
+    return read_what(storage, what)
+
+
+def _leftovers(storage: Storage, state: WhatState, cutoff_ms: int) -> list[Found]:
+    chosen: list[Found] = []
+    committed_keys = {r["key"] for r in state.records.values()}
+    ended, leases, pointers = state.ended(), set(state.leases().values()), state.pointers()
+    for key, info in state.listing.items():
+        written = int(info.mtime * 1000)
+        if written > cutoff_ms:
+            continue
+        if key.startswith(f"{layout.FILES}/data/") and key not in committed_keys:
+            chosen.append((key, f"bytes of a push that never committed, written {iso_ms(written)}", info.size))
+        elif key in pointers and key.rsplit("/", 1)[1] not in state.segments:
+            chosen.append((key, f"index pointer of a push that never committed, written {iso_ms(written)}", info.size))
+        elif key in leases and key.rsplit("/", 1)[1] in ended:
+            chosen.append((key, f"lease of a push that ended, written {iso_ms(written)}", info.size))
+    for prefix in (f"{layout.index_dir(state.what)}/", f"{layout.FILES}/data/{state.what}/"):
+        for info in storage.leftovers(prefix):
+            if info.mtime * 1000 <= cutoff_ms:
+                chosen.append((info.key, f"partial write left by a crash at {iso_ms(int(info.mtime * 1000))}", info.size))
     return chosen
 
 
-def _stale_records(storage: Storage, cutoff_ms: int) -> list[tuple[str, str, int]]:
-    """Record files of ids no push committed (their push died), older than the cutoff."""
-    committed = {fid for state in states(storage) for fid in state.records}
-    found = []
+def _committed_elsewhere(storage: Storage, held: dict) -> set[str]:
+    """The committed ids of whats this pass does not hold (another vacuum's): their records stay."""
+    return {fid for what in all_whats(storage) if what not in held for fid in read_what(storage, what).records}
+
+
+def _uncommitted_records(storage: Storage, cutoff_ms: int, committed: set[str]) -> Iterator[tuple[str | None, Found]]:
+    """Record files of ids no push committed, older than the cutoff, with the what each names (None:
+    unreadable); and partial writes of records."""
     for info in storage.list(f"{layout.FILES}/ids/"):
         fid = info.key.rsplit("/", 1)[1].removesuffix(".json")
         if fid not in committed and info.mtime * 1000 <= cutoff_ms:
-            found.append((info.key, f"record of a push that never committed, written {iso_ms(int(info.mtime * 1000))}", info.size))
-    return found
+            record = _stored_record(storage, fid)
+            what = record.get("what") if isinstance(record, dict) else None
+            yield what, (info.key, f"record of a push that never committed, written {iso_ms(int(info.mtime * 1000))}", info.size)
+    for info in storage.leftovers(f"{layout.FILES}/ids/"):
+        if info.mtime * 1000 <= cutoff_ms:
+            yield None, (info.key, f"partial write left by a crash at {iso_ms(int(info.mtime * 1000))}", info.size)
+
+
+def _delete(storage: Storage, marker: Lock | None, chosen: list[Found], notes: list[str]) -> list[Found]:
+    """Delete ``chosen``, refreshing the what's vacuum lock first: taken over (a push judged this vacuum
+    stalled), nothing more is deleted."""
+    if marker is not None:
+        try:
+            marker.refresh()
+        except LockLost:
+            notes.append(f"{marker.key}: taken over while this vacuum stalled; its deletions stop")
+            return []
+    for key, _, _ in chosen:
+        storage.delete(key)
+    return chosen

@@ -8,10 +8,12 @@ import json
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
+from singerlake.errors import SingerlakeError
 from singerlake.files import layout
 from singerlake.files.record import last_time, newness, overlaps
 from singerlake.format.metadata import InvalidMetadata, check_spec_version
-from singerlake.storage import NotFound, Storage
+from singerlake.pause import pause_point
+from singerlake.storage import NotFound, PreconditionFailed, Storage
 from singerlake.times import days_between, parse_time_ms
 
 
@@ -29,22 +31,45 @@ def pointer_dirs(what: str, records: Iterable[dict]) -> set[str]:
     return dirs
 
 
+class Aborted(SingerlakeError):
+    """A vacuum aborted this push's txn (SPEC.md §15): nothing of it was committed; store it again under a new txn."""
+
+
 def commit(storage: Storage, what: str, txn: str, records: list[dict]) -> None:
     """Pointers first, the segment last: the segment's create-only write makes every record visible at once.
 
     The records' files and bytes, and the pointers, may have been written without a sync each
-    (``durable=False``): one ``storage.sync()`` makes them all durable before the commit point."""
+    (``durable=False``): one ``storage.sync()`` makes them all durable before the commit point.
+    Raises Aborted when a vacuum wrote this txn's segment first."""
     dirs = sorted(pointer_dirs(what, records))
     with ThreadPoolExecutor(storage.parallel_requests) as pool:
         list(pool.map(lambda directory: storage.write(directory + txn, b"", if_none_match=True, durable=False), dirs))
     storage.sync()
-    doc = {"format": layout.SEGMENT_FORMAT, "spec_version": layout.FILES_SPEC_VERSION, "what": what, "txn": txn, "records": records}
+    pause_point("push-before-commit")
+    try:
+        _write_segment(storage, what, txn, {"records": records})
+    except PreconditionFailed:
+        raise Aborted(f"push {txn} into {what!r} was aborted by a vacuum before its commit") from None
+
+
+def abort(storage: Storage, what: str, txn: str) -> bool:
+    """Write the segment of a push that died as ``aborted`` (SPEC.md §15): the push can no longer commit.
+    False when its segment exists already (it committed, or was aborted before)."""
+    try:
+        _write_segment(storage, what, txn, {"aborted": True, "records": []})
+    except PreconditionFailed:
+        return False
+    return True
+
+
+def _write_segment(storage: Storage, what: str, txn: str, content: dict) -> None:
+    doc = {"format": layout.SEGMENT_FORMAT, "spec_version": layout.FILES_SPEC_VERSION, "what": what, "txn": txn, **content}
     body = gzip.compress(json.dumps(doc, separators=(",", ":")).encode(), compresslevel=6, mtime=0)
     storage.write(layout.segment_key(what, txn), body, if_none_match=True)
 
 
 def read_segment(storage: Storage, what: str, txn: str) -> list[dict] | None:
-    """The records of a committed push; None for a push that never committed (its pointers are leftovers)."""
+    """The records of a committed push; None for a push that never committed or was aborted (its pointers are leftovers)."""
     key = layout.segment_key(what, txn)
     try:
         data = storage.read(key).data
@@ -58,11 +83,23 @@ def read_segment(storage: Storage, what: str, txn: str) -> list[dict] | None:
     if not isinstance(doc, dict) or doc.get("format") != layout.SEGMENT_FORMAT:
         raise InvalidMetadata(f"{source}: field 'format' must be {layout.SEGMENT_FORMAT!r}")
     check_spec_version(doc, source, layout.FILES_SPEC_VERSION)
-    return doc["records"]
+    return None if doc.get("aborted") else doc["records"]
 
 
-def segment_exists(storage: Storage, what: str, txn: str) -> bool:
-    return storage.exists(layout.segment_key(what, txn))
+_COMMITTED: dict[tuple[str, str, str], None] = {}  # (lake, what, txn) seen committed: a segment never changes once written
+
+
+def is_committed(storage: Storage, what: str, txn: str) -> bool:
+    """Whether push ``txn`` committed (its segment exists and is not aborted); read once per process."""
+    key = (storage.url, what, txn)
+    if key in _COMMITTED:
+        return True
+    if read_segment(storage, what, txn) is None:
+        return False
+    if len(_COMMITTED) >= 100_000:
+        _COMMITTED.clear()
+    _COMMITTED[key] = None
+    return True
 
 
 def _txns(storage: Storage, directory: str) -> list[str]:
@@ -163,7 +200,7 @@ def committed_record(storage: Storage, file_id: str) -> dict | None:
         return None
     except ValueError as exc:
         raise InvalidMetadata(f"{storage.url_of(key)}: not JSON: {exc}") from None
-    if segment_exists(storage, record["what"], record["txn"]):
+    if is_committed(storage, record["what"], record["txn"]):
         return record
     # A push of the same bytes racing one that committed them may have written this record over the
     # committed one and died before its own segment: the file is then in a segment of its first bucket.

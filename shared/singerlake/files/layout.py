@@ -35,3 +35,17 @@ def long_dir(what: str) -> str:
 
 def work_dir(what: str, work_id: str) -> str:
     return f"{index_dir(what)}/work/{work_id}/"
+
+
+def pending_dir(what: str) -> str:
+    return f"{index_dir(what)}/pending/"
+
+
+def pending_key(what: str, txn: str) -> str:
+    """The lease of a push under way (SPEC.md §15)."""
+    return f"{pending_dir(what)}{txn}"
+
+
+def vacuum_lock_key(what: str) -> str:
+    """The lock of a vacuum pass over ``what`` (SPEC.md §15)."""
+    return f"{index_dir(what)}/vacuum.lock"

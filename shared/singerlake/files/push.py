@@ -21,6 +21,7 @@ from typing import Any
 
 from singerlake.errors import ConfigError, SingerlakeError
 from singerlake.files import index, layout
+from singerlake.files.lease import push_leases
 from singerlake.files.record import check_labels, check_span, content_type, file_id, make_record
 from singerlake.format.metadata import new_digest
 from singerlake.storage import PreconditionFailed, Storage
@@ -31,10 +32,15 @@ CHUNK_BYTES = 1 << 20
 COMMIT_FILES = 10_000  # records per segment: a day's query reads segments of bounded size
 SPARK_FILES = 20_000  # a push of this many files runs on Spark when it has a session (use_spark="auto")
 SPARK_MODES = ("auto", "always", "never")
+ATTEMPTS = 3  # a chunk whose txn a vacuum aborted is stored again, under a new txn, this many times in all
 
 
 class FileChanged(SingerlakeError):
     """A file changed while it was pushed; nothing of it was stored."""
+
+
+class PushAborted(SingerlakeError):
+    """Vacuums kept aborting a chunk's txn (SPEC.md §15); nothing of it was committed."""
 
 
 @dataclass(frozen=True)
@@ -60,8 +66,10 @@ class PushResult:
 
     def commit_chunk(self, storage: Storage, what: str, txn: str, stored: list[tuple[dict, bool]], seen: dict[str, dict]) -> None:
         """Commit one chunk's newly stored records as segment ``txn``; a file already in the lake, or
-        met before in this push (``seen``: the records committed so far, by id), is a duplicate."""
+        met before in this push (``seen``: the records committed so far, by id), is a duplicate. Nothing
+        is counted unless the commit succeeds (an aborted chunk is stored and committed again)."""
         fresh: dict[str, dict] = {}
+        duplicates: list[dict] = []
         for record, duplicate in stored:
             if not duplicate and record["id"] in seen and record["txn"] != seen[record["id"]]["txn"]:
                 # Stored at once with an earlier chunk (a Spark push): its record file may name this
@@ -71,13 +79,14 @@ class PushResult:
                     layout.record_key(record["id"]), json.dumps(committed, separators=(",", ":")).encode(), content_type="application/json"
                 )
             if duplicate or record["id"] in fresh or record["id"] in seen:
-                self.duplicates.append(record)
+                duplicates.append(record)
             else:
                 fresh[record["id"]] = record
         if fresh:
             index.commit(storage, what, txn, list(fresh.values()))
             self.pushed.extend(fresh.values())
             seen.update(fresh)
+        self.duplicates.extend(duplicates)
 
 
 def gather(paths: list[str | os.PathLike], start: int | None, end: int | None) -> list[Source]:
@@ -142,16 +151,33 @@ def push(
     result = PushResult()
     seen: dict[str, dict] = {}
     done = 0
-    with ThreadPoolExecutor(storage.parallel_requests) as pool:
-        for first in range(0, len(sources), COMMIT_FILES):
-            chunk = sources[first : first + COMMIT_FILES]
-            txn = new_file_id()
-            stored = list(pool.map(functools.partial(_store_in, storage, what, where, work_id, txn), chunk))
-            result.commit_chunk(storage, what, txn, stored, seen)
-            done += len(chunk)
-            if progress:
-                progress(done, len(sources))
+    for first in range(0, len(sources), COMMIT_FILES):
+        chunk = sources[first : first + COMMIT_FILES]
+        push_chunk(storage, chunk, what, where, work_id, result, seen)
+        done += len(chunk)
+        if progress:
+            progress(done, len(sources))
     return result
+
+
+def push_chunk(
+    storage: Storage, chunk: list[Source], what: str, where: str, work_id: str | None, result: PushResult, seen: dict[str, dict]
+) -> None:
+    """Store and commit one chunk under its lease (SPEC.md §15); a chunk a vacuum aborted is stored
+    again under a new txn (its bytes anew where the vacuum deleted them)."""
+    with ThreadPoolExecutor(storage.parallel_requests) as pool:
+        for _ in range(ATTEMPTS):
+            txn = new_file_id()
+            with push_leases(storage, what, [txn]):
+                stored = list(pool.map(functools.partial(_store_in, storage, what, where, work_id, txn), chunk))
+                try:
+                    result.commit_chunk(storage, what, txn, stored, seen)
+                    return
+                except index.Aborted:
+                    continue
+    raise PushAborted(
+        f"{len(chunk):,} file(s) into {what!r} were aborted {ATTEMPTS} times by vacuums running meanwhile; nothing of them was committed"
+    )
 
 
 def _session_for(spark: Any, use_spark: str, files: int):

@@ -22,7 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from singerlake.errors import SingerlakeError, one_line
-from singerlake.files.push import COMMIT_FILES, PushResult, Source, store
+from singerlake.files import index
+from singerlake.files.lease import push_leases
+from singerlake.files.push import COMMIT_FILES, PushResult, Source, push_chunk, store
 from singerlake.jobs.runner import Progress, run_items
 from singerlake.spark.executors import default_parallelism
 from singerlake.storage import Storage
@@ -88,27 +90,32 @@ def push_on_spark(
         for s in chunk
     ]
     per_task = files_per_task(len(items), default_parallelism(spark))
-    outcomes = run_items(
-        spark,
-        items,
-        functools.partial(store_item, storage, what, where, work_id),
-        progress=_Reporter(progress) if progress else None,
-        sizes=[s.size for s in sources],
-        items_per_task=per_task,
-        threads=storage.parallel_requests,
-    )
-    result = PushResult(spark={"jobs": 1, "tasks": math.ceil(len(items) / per_task), "worker_processes": len({o["pid"] for o in outcomes})})
-    seen: dict[str, dict] = {}
-    failed: list[str] = []
-    first = 0
-    for txn, chunk in zip(txns, chunks, strict=True):
-        mine = outcomes[first : first + len(chunk)]
-        first += len(chunk)
-        problems = [o["failed"] for o in mine if "failed" in o]
-        if problems:
-            failed.extend(problems)
-            continue  # its stored bytes and records stay invisible (SPEC.md §14); pushing again commits them
-        result.commit_chunk(storage, what, txn, [(o["record"], o["duplicate"]) for o in mine], seen)
+    with push_leases(storage, what, txns):  # held from before the first byte is stored to each chunk's commit (SPEC.md §15)
+        outcomes = run_items(
+            spark,
+            items,
+            functools.partial(store_item, storage, what, where, work_id),
+            progress=_Reporter(progress) if progress else None,
+            sizes=[s.size for s in sources],
+            items_per_task=per_task,
+            threads=storage.parallel_requests,
+        )
+        workers = len({o["pid"] for o in outcomes})
+        result = PushResult(spark={"jobs": 1, "tasks": math.ceil(len(items) / per_task), "worker_processes": workers})
+        seen: dict[str, dict] = {}
+        failed: list[str] = []
+        first = 0
+        for txn, chunk in zip(txns, chunks, strict=True):
+            mine = outcomes[first : first + len(chunk)]
+            first += len(chunk)
+            problems = [o["failed"] for o in mine if "failed" in o]
+            if problems:
+                failed.extend(problems)
+                continue  # its stored bytes and records stay invisible (SPEC.md §14); pushing again commits them
+            try:
+                result.commit_chunk(storage, what, txn, [(o["record"], o["duplicate"]) for o in mine], seen)
+            except index.Aborted:  # a vacuum judged the lease stale: this chunk again, on the driver (SPEC.md §15)
+                push_chunk(storage, chunk, what, where, work_id, result, seen)
     if failed:
         committed = f"{len(result.pushed):,} file(s) committed" if result.pushed else "nothing committed"
         raise PushFailed(f"{len(failed):,} file(s) could not be pushed ({committed}; push again to commit the rest): {failed[0]}")

@@ -29,6 +29,7 @@ from singerlake.times import file_id_ms, iso_ms, new_file_id
 MANIFEST_FORMAT = "singerlake-manifest-v2"
 MANIFEST_FORMAT_1 = "singerlake-manifest"  # 1.x: every file inline; read, and rewritten as 2.0 by writers
 SPEC_VERSION = "2.0"
+HORIZON_SPEC_VERSION = "2.2"  # roots carrying ``vacuumed``: older readers and writers must refuse them (SPEC.md §15)
 
 
 @dataclass
@@ -60,6 +61,7 @@ class Manifest:
     generation: str | None = None  # set when the manifest is first written; a rebuild starts a new one
     parts: list[dict[str, Any]] = field(default_factory=list)  # summaries, in the stream's order
     superseded: list[dict[str, Any]] = field(default_factory=list)  # parts compaction replaced, until vacuum
+    vacuumed: str | None = None  # the horizon (SPEC.md §15): no commit adds a file entry with an id at or below it
     # The bytes and etag this manifest's root was last read or written as (not part of the document).
     stored: Blob | None = field(default=None, compare=False, repr=False)
     store: PartStore | None = field(default=None, compare=False, repr=False)
@@ -327,6 +329,14 @@ class Manifest:
             self.parts.append(self._stage([], self.tail_activations))
             self.tail_activations = []
 
+    def below_horizon(self, ids) -> list[str]:
+        """Which of ``ids`` (of new file entries or parts) vacuum may have deleted as orphans (SPEC.md §15)."""
+        return sorted(i for i in ids if self.vacuumed is not None and i <= self.vacuumed)
+
+    def staged_part_ids(self) -> list[str]:
+        """The parts staged by seals and compactions, not yet written."""
+        return [part_id for part_id, _ in self._unwritten]
+
     def _stage(self, files: list[dict], activations: list[dict]) -> dict:
         part_id = new_file_id()
         self._unwritten.append((part_id, Part(files, activations)))
@@ -345,7 +355,7 @@ class Manifest:
         """The root document (parts are written by ``write_parts``)."""
         return {
             "format": MANIFEST_FORMAT,
-            "spec_version": SPEC_VERSION,
+            "spec_version": SPEC_VERSION if self.vacuumed is None else HORIZON_SPEC_VERSION,
             "tap_id": self.tap_id,
             "stream": self.stream,
             "commits": self.commits,
@@ -357,6 +367,7 @@ class Manifest:
             "activate_versions": self.tail_activations,
             "superseded": self.superseded,
             **({"replaced": self.replaced} if self.replaced else {}),
+            **({"vacuumed": self.vacuumed} if self.vacuumed is not None else {}),
         }
 
     def to_bytes(self) -> bytes:
@@ -385,6 +396,7 @@ class Manifest:
             doc.get("generation"),
             doc.get("parts", []),
             doc.get("superseded", []),
+            doc.get("vacuumed"),
             store=store,
         )
         manifest.read_format = doc["format"]
@@ -418,7 +430,7 @@ def validate_manifest(doc: Any, source: str) -> None:
 
     if not isinstance(doc, dict):
         fail("must be a JSON object")
-    check_spec_version(doc, source, SPEC_VERSION)
+    check_spec_version(doc, source, HORIZON_SPEC_VERSION)
     if doc.get("format") not in (MANIFEST_FORMAT, MANIFEST_FORMAT_1):
         fail(f"field 'format' must be {MANIFEST_FORMAT!r} (or 1.x {MANIFEST_FORMAT_1!r}), got {doc.get('format')!r}")
     for name in ("tap_id", "stream"):
@@ -429,6 +441,8 @@ def validate_manifest(doc: Any, source: str) -> None:
         fail(f"field 'commits' must be a non-negative integer, got {commits!r}")
     if not isinstance(doc.get("generation", ""), str):
         fail("field 'generation' must be a string")
+    if "vacuumed" in doc and not (isinstance(doc["vacuumed"], str) and _is_id(doc["vacuumed"])):
+        fail(f"field 'vacuumed' must be a file id (32 lower-case hex digits), got {doc['vacuumed']!r}")
     versions = doc.get("versions")
     if not isinstance(versions, dict):
         fail("field 'versions' must be an object of schema hash -> version")
@@ -481,6 +495,10 @@ def validate_manifest(doc: Any, source: str) -> None:
     superseded = doc.get("superseded")
     if not isinstance(superseded, list) or not all(isinstance(g, dict) and isinstance(g.get("id"), str) for g in superseded):
         fail("field 'superseded' must be a list of {id, superseded_at, by_commit}")
+
+
+def _is_id(text: str) -> bool:
+    return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
 
 
 def _is_count(value: Any) -> bool:

@@ -16,6 +16,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from singerlake.commits.commit import CommitRejected
 from singerlake.format.datafile import member_compressor, open_data_file, store
 from singerlake.format.layout import StreamPaths
 from singerlake.format.manifest import Manifest
@@ -31,6 +32,7 @@ from singerlake.jobs.runner import (
     selected_streams,
 )
 from singerlake.lake import Lake
+from singerlake.pause import pause_point
 from singerlake.storage import Storage
 from singerlake.times import iso_ms, new_file_id, now_ms
 
@@ -133,16 +135,24 @@ def swap_in(lake: Lake, tap_id: str, stream: str, merged: list[tuple[dict, dict]
     """One compare-and-swap puts the stream's merged files in place of their groups (new parts in place
     of the parts holding them, SPEC.md §12). ``planned``: the manifest planned from, whose parts are read already."""
     swaps = [([e["id"] for e in item["files"]], new) for item, new in merged]
+    vacuumed: list[str] = []
 
     def swap(current: Manifest) -> bool:
         present = current.file_ids()
-        valid = [(ids, new) for ids, new in swaps if set(ids) <= present]  # another compaction may have won
+        # A merged file at or below the horizon may be gone: vacuum took it for an orphan (SPEC.md §15).
+        vacuumed[:] = current.below_horizon(new["id"] for _, new in swaps)
+        valid = [(ids, new) for ids, new in swaps if set(ids) <= present and new["id"] not in vacuumed]  # another compaction may have won
         if not valid:
             return False
         current.replace_files(valid, iso_ms(now_ms()))
         return True
 
-    return lake.update_manifest(lake.paths(tap_id, stream), swap, store=planned.store if planned else None)
+    manifest = lake.update_manifest(lake.paths(tap_id, stream), swap, store=planned.store if planned else None)
+    if vacuumed:
+        raise CommitRejected(
+            f"{len(vacuumed)} merged file(s) were deleted by a vacuum before they were swapped in; their sources stay, compact again"
+        )
+    return manifest
 
 
 def compact(
@@ -175,6 +185,7 @@ def compact(
     merged = by_stream(items, run_stream_items(spark, items, work, found, progress, sizes=sizes))
     if before_commit:
         before_commit()  # tests: a concurrent commit lands here
+    pause_point("compact-before-swap")
 
     def finish(tap: str, name: str) -> Compaction:
         manifest, done = plans[(tap, name)][0], merged.get((tap, name), [])

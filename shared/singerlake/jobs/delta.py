@@ -64,6 +64,7 @@ class Published:
     version: int | None  # None: no table yet
     state: dict[str, Any] | None
     table: Any = None  # the DeltaTable loaded at ``version``: the commit builds on exactly it
+    state_version: int | None = None  # the version of the commit that carries ``state`` (later ones, a vacuum's, change no file)
 
 
 def open_table(storage: Storage, key: str):
@@ -83,8 +84,22 @@ def latest(storage: Storage, key: str) -> Published:
         return Published(None, None)
     for commit in table.history():
         if STATE_KEY in commit:
-            return Published(table.version(), commit[STATE_KEY], table)
+            return Published(table.version(), commit[STATE_KEY], table, commit["version"])
     return Published(table.version(), None, table)
+
+
+def fence(published: Published) -> bool:
+    """Commit the version after ``published`` with no actions (SPEC.md §15): a project run that planned
+    from it or earlier can no longer commit. False when another commit took that version first."""
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.transaction import CommitProperties
+
+    properties = CommitProperties(custom_metadata={"singerlake-vacuum": "fence"}, max_commit_retries=0)
+    try:
+        published.table.create_write_transaction([], mode="append", schema=published.table.schema(), commit_properties=properties)
+    except CommitFailedError:
+        return False
+    return True
 
 
 def commit(storage: Storage, key: str, base: Published, schema, adds: list[dict], removes: list[str], overwrite: bool, state: dict) -> int:

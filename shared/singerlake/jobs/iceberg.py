@@ -104,6 +104,57 @@ def _load_or_create(catalog, tap_id: str, stream: str, location: str, schema):
     return table
 
 
+def lock_key(table_key: str) -> str:
+    return f"{table_key}/_iceberg/{LOCK}"
+
+
+def retained_files(storage: Storage, catalog, tap_id: str, stream: str, cutoff_ms: int, apply: bool) -> set[str]:
+    """The data files (URIs) of every Iceberg snapshot vacuum keeps (SPEC.md §15); the caller holds the
+    table's Iceberg lock. With the catalog, snapshots older than ``cutoff_ms`` (never the current one,
+    nor a branch's or tag's) are expired first (with ``apply``; metadata only). Without it, or when the
+    catalog has no such table of ours: every snapshot of every metadata file the table's folder holds."""
+    table = _our_table(catalog, tap_id, stream) if catalog is not None else None
+    if table is None:
+        return _files_of_every_metadata_file(storage, delta.table_key(tap_id, stream))
+    protected = {ref.snapshot_id for ref in table.metadata.refs.values()}
+    expiring = {s.snapshot_id for s in table.metadata.snapshots if s.timestamp_ms < cutoff_ms and s.snapshot_id not in protected}
+    if apply and expiring:
+        table.maintenance.expire_snapshots().by_ids(sorted(expiring)).commit()
+        table = table.refresh()
+    return snapshot_files(table, [s for s in table.metadata.snapshots if s.snapshot_id not in expiring])
+
+
+def _our_table(catalog, tap_id: str, stream: str):
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        table = catalog.load_table(identifier(tap_id, stream))
+    except NoSuchTableError:
+        return None
+    return table if table.properties.get(STREAM) == stream else None
+
+
+def _files_of_every_metadata_file(storage: Storage, key: str) -> set[str]:
+    from pyiceberg.table import StaticTable
+
+    found: set[str] = set()
+    for info in storage.list(f"{key}/_iceberg/metadata/"):
+        if info.key.endswith(".metadata.json"):
+            table = StaticTable.from_metadata(file_uri(storage, info.key), fileio_properties(storage))
+            found |= snapshot_files(table, table.metadata.snapshots)
+    return found
+
+
+def snapshot_files(table, snapshots) -> set[str]:
+    """The data files (URIs) any of ``snapshots`` lists: the live entries of their manifests, each manifest read once."""
+    manifests = {m.manifest_path: m for snapshot in snapshots for m in snapshot.manifests(table.io)}
+    return {
+        entry.data_file.file_path
+        for manifest in manifests.values()
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+    }
+
+
 def _current_files(table) -> dict[str, Any]:
     snapshot = table.current_snapshot()
     if snapshot is None:
@@ -157,13 +208,13 @@ def sync(storage: Storage, catalog, tap_id: str, stream: str, published: delta.P
     it mirrors that version or a later one already). Returns the table's current snapshot id."""
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
-    if published.version is None or not published.state:
+    if published.state_version is None or not published.state:
         return None
     key = delta.table_key(tap_id, stream)
-    with Lock(storage, f"{key}/_iceberg/{LOCK}", writer_prefix="iceberg"):
+    with Lock(storage, lock_key(key), writer_prefix="iceberg"):
         table = _load_or_create(catalog, tap_id, stream, f"{file_uri(storage, key)}/_iceberg", arrow_schema)
         mirrored = mirrored_version(table)
-        if mirrored is not None and mirrored >= published.version:
+        if mirrored is not None and mirrored >= published.state_version:
             return table.current_snapshot().snapshot_id
         wanted = {file_uri(storage, f"{key}/{part['published']}") for part in published.state["parts"]}
         current = _current_files(table)
@@ -172,7 +223,7 @@ def sync(storage: Storage, catalog, tap_id: str, stream: str, published: delta.P
         mapping = tx.table_metadata.schema().name_mapping.model_dump_json()
         if tx.table_metadata.properties.get(NAME_MAPPING) != mapping:
             tx.set_properties(**{NAME_MAPPING: mapping})
-        properties = {DELTA_VERSION: str(published.version), POSITION: str(published.state["position"])}
+        properties = {DELTA_VERSION: str(published.state_version), POSITION: str(published.state["position"])}
         removed = [file for path, file in current.items() if path not in wanted]
         added = sorted(wanted - set(current))
         snapshot = tx.update_snapshot(snapshot_properties=properties)

@@ -63,6 +63,7 @@ from singerlake.jobs.runner import (
 )
 from singerlake.jobs.staging import CPU_THREADS, conform, current_indices, read_new_records
 from singerlake.lake import Lake
+from singerlake.pause import pause_point
 from singerlake.replay.datasource import plan_files
 from singerlake.spark.executors import runs_elsewhere
 from singerlake.spark.session import runs_here, session_of
@@ -752,8 +753,9 @@ def commit_run(lake: Lake, plan: StreamPlan, result: dict) -> dict:
         state["buckets"] = result["buckets"]
     adds = [{"path": part["published"], "size": part["size"], "rows": part["rows"]} for part in result["adds"]]
     schema = table_schema(table_properties(plan.properties, result["types"]), result["types"])
+    pause_point("project-before-commit")
     version = delta.commit(lake.storage, plan.table, plan.published, schema, adds, result["removes"], result["overwrite"], state)
-    plan.published = delta.Published(version, state)
+    plan.published = delta.Published(version, state, state_version=version)
     return plan.summary(plan.new_records)
 
 

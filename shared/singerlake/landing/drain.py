@@ -31,6 +31,7 @@ from singerlake.format.needs import properties_of
 from singerlake.lake import Lake
 from singerlake.landing.batch import ActivateVersion, Batch, Segment
 from singerlake.landing.spark_write import FileJob, batch_table, write_with_spark
+from singerlake.pause import pause_point
 from singerlake.times import iso_ms
 
 log = logging.getLogger("singerlake.landing")
@@ -131,6 +132,7 @@ class Drain:
         if self.settings.confirm_files:
             self._confirm_stored([file for segment_files in files for file in segment_files])
         written = time.monotonic()
+        pause_point("land-before-commit")
         files_of = {id(segment): segment_files for segment, segment_files in zip(segments, files, strict=True)}
         commits = [
             self._pool.submit(self._commit_stream, stream, items, files_of, job.final) for stream, items in job.batch.streams.items()
