@@ -16,7 +16,7 @@ from deltalake import DeltaTable
 from lakes import TAP, LakeUnderTest, duckdb_for, s3_lake_at
 from singerlake.jobs import delta
 from singerlake.jobs.delta import storage_options, table_key
-from singerlake.jobs.iceberg import DELTA_VERSION, fileio_properties, identifier, open_catalog, sync
+from singerlake.jobs.iceberg import DELTA_VERSION, fileio_properties, identifier, open_catalog, snapshot_files, sync
 from singerlake.jobs.project import project
 from singerlake.jobs.vacuum import vacuum
 from test_lake_jobs import LakeCli, cli_env, open_lake, run_cli, spark  # noqa: F401  (spark: the module's session fixture)
@@ -200,3 +200,39 @@ def test_two_streams_mapping_to_one_table_name_fail_the_second(local_lake, catal
     assert len(failures) == 1 and "holds stream" in failures[0].cause, failures
     table = catalog_of(local_lake).load_table((TAP, "public_users"))
     assert table.properties["singerlake.stream"] != failures[0].stream and len(table.scan().to_arrow()) == 1
+
+
+def test_vacuum_keeps_every_file_a_retained_snapshot_lists_and_expires_the_older_ones(local_lake, catalog_env, spark):  # noqa: F811
+    """project, update, project, update, project; then vacuum with a retention of 0: every snapshot still in the
+    catalog reads in full with pyiceberg, without the catalog (nothing expires, every listed file stays) and with
+    it (snapshots older than the retention expire first, then their files go)."""
+    runs = [FIRST, ['{"id": 2, "amount": 2.25, "big": 5, "huge": 4}'], ['{"id": 3, "amount": 7, "big": 6, "huge": 5}']]
+    for records in runs:
+        land_records(local_lake, records)
+        project(open_lake(local_lake), spark, TAP, formats=["delta", "iceberg"], iceberg_catalog="lake")
+    table = catalog_of(local_lake).load_table(identifier(TAP, STREAM))
+    snapshots = table.snapshots()
+    assert len(snapshots) == 3
+    rows = {s.snapshot_id: by_id(table.scan(snapshot_id=s.snapshot_id).to_arrow().to_pylist()) for s in snapshots}
+    replaced = set(DeltaTable(uri(local_lake), version=0).file_uris()) - set(DeltaTable(uri(local_lake)).file_uris())
+    assert replaced, "the updates replaced files the first snapshot lists"
+
+    def reads_in_full() -> list[int]:
+        current = catalog_of(local_lake).load_table(identifier(TAP, STREAM))
+        for snapshot in current.snapshots():  # a missing data file fails the scan
+            assert by_id(current.scan(snapshot_id=snapshot.snapshot_id).to_arrow().to_pylist()) == rows[snapshot.snapshot_id]
+        return [s.snapshot_id for s in current.snapshots()]
+
+    deleted = vacuum(open_lake(local_lake), retention_s=0, apply=True, force=True)  # no catalog: nothing can expire
+    assert deleted and not {d.path.rsplit("/", 1)[1] for d in deleted} & {p.rsplit("/", 1)[1] for p in replaced}
+    assert reads_in_full() == [s.snapshot_id for s in snapshots]
+
+    second = snapshots[1].timestamp_ms  # as if run when the second snapshot was made: only the first is older
+    deleted = vacuum(open_lake(local_lake), retention_s=0, apply=True, force=True, now=second, iceberg_catalog="lake")
+    assert reads_in_full() == [s.snapshot_id for s in snapshots[1:]]
+    only_first = {p.rsplit("/", 1)[1] for p in replaced} - {f.rsplit("/", 1)[1] for s in snapshots[1:] for f in snapshot_files(table, [s])}
+    assert only_first and only_first <= {d.path.rsplit("/", 1)[1] for d in deleted}, "the first snapshot's own files went"
+
+    vacuum(open_lake(local_lake), retention_s=0, apply=True, force=True, iceberg_catalog="lake")
+    assert reads_in_full() == [snapshots[-1].snapshot_id]
+    assert by_id(DeltaTable(uri(local_lake)).to_pyarrow_table().to_pylist()) == rows[snapshots[-1].snapshot_id]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 from dataclasses import dataclass
 
 from singerlake.commits.lock import Lock, LockLost, LockTimeout, looks_stale, read_lock
@@ -155,39 +154,51 @@ def vacuum_files(storage: Storage, cutoff_ms: int, apply: bool, notes: list[str]
     each what is vacuumed holding its ``vacuum.lock`` (another vacuum's: the what is skipped), the txns
     of stale leases are aborted, and a what with a live push is left for a later pass."""
     notes = [] if notes is None else notes
-    now = now_ms()
-    with ExitStack() as stack:
-        held: dict[str, Lock] = {}
-        for what in all_whats(storage):
-            if not apply:
-                held[what] = None
-                continue
-            try:
-                held[what] = stack.enter_context(Lock(storage, layout.vacuum_lock_key(what), writer_prefix="vacuum", wait_s=0))
-            except LockTimeout:
-                notes.append(f"files/index/{what}: another vacuum is at work; left for a later pass")
-        found: dict[str, list[Found]] = {}
-        committed: set[str] = set()
-        for what in held:
-            state = _settled_state(storage, what, apply, now)
-            committed |= set(state.records)
-            live = [txn for txn, key in state.leases().items() if txn not in state.ended()]
-            if live:
-                notes.append(f"files/index/{what}: a push is under way (txn {live[0]}); its what is left for a later pass")
-                continue
-            found[what] = _leftovers(storage, state, cutoff_ms)
-        for what, record in _uncommitted_records(storage, cutoff_ms, committed | _committed_elsewhere(storage, held)):
-            if what in found or what is None:
-                found.setdefault(what, []).append(record)
+    records = _uncommitted_records(storage, cutoff_ms)
+    found = []
+    for what in all_whats(storage):
+        found += _vacuum_what(storage, what, cutoff_ms, apply, records.pop(what, []), notes)
+    unreadable = records.pop(None, [])  # garbage whatever the what: nothing reads a record it cannot parse
+    if apply:
+        for key, _, _ in unreadable:
+            storage.delete(key)
+    return found + unreadable
+
+
+def _vacuum_what(storage: Storage, what: str, cutoff_ms: int, apply: bool, records: list[Found], notes: list[str]) -> list[Found]:
+    """One what, under its vacuum lock (SPEC.md §15): the lock is held only while this what is worked on."""
+    marker = Lock(storage, layout.vacuum_lock_key(what), writer_prefix="vacuum", wait_s=0)
+    if apply:
+        try:
+            marker.acquire()
+        except LockTimeout:
+            notes.append(f"files/index/{what}: another vacuum is at work; left for a later pass")
+            return []
+    try:
+        state = _settled_state(storage, what, apply)
+        live = [txn for txn in state.leases() if txn not in state.ended()]
+        if live:
+            notes.append(f"files/index/{what}: a push is under way (txn {live[0]}); left for a later pass")
+            return []
+        chosen = _leftovers(storage, state, cutoff_ms)
+        chosen += [found for found in records if _record_id(found[0]) not in state.records]  # committed meanwhile: kept
         if apply:
-            for what, chosen in found.items():
-                found[what] = _delete(storage, held.get(what), chosen, notes)
-    return [item for chosen in found.values() for item in chosen]
+            marker.refresh()  # taken over (a push judged this vacuum stalled): LockLost, nothing deleted
+            for key, _, _ in chosen:
+                storage.delete(key)
+        return chosen
+    except LockLost:
+        notes.append(f"{marker.key}: taken over while this vacuum stalled; nothing of {what} was deleted")
+        return []
+    finally:
+        if apply:
+            marker.release()
 
 
-def _settled_state(storage: Storage, what: str, apply: bool, now: int) -> WhatState:
+def _settled_state(storage: Storage, what: str, apply: bool) -> WhatState:
     """The what's state once the txns of stale leases are aborted (with ``apply``; else as if they were)."""
     state = read_what(storage, what)
+    now = now_ms()
     stale = [txn for txn, key in state.leases().items() if txn not in state.ended() and looks_stale(read_lock(storage, key), now)]
     if not stale:
         return state
@@ -219,34 +230,24 @@ def _leftovers(storage: Storage, state: WhatState, cutoff_ms: int) -> list[Found
     return chosen
 
 
-def _committed_elsewhere(storage: Storage, held: dict) -> set[str]:
-    """The committed ids of whats this pass does not hold (another vacuum's): their records stay."""
-    return {fid for what in all_whats(storage) if what not in held for fid in read_what(storage, what).records}
-
-
-def _uncommitted_records(storage: Storage, cutoff_ms: int, committed: set[str]) -> Iterator[tuple[str | None, Found]]:
-    """Record files of ids no push committed, older than the cutoff, with the what each names (None:
-    unreadable); and partial writes of records."""
-    for info in storage.list(f"{layout.FILES}/ids/"):
-        fid = info.key.rsplit("/", 1)[1].removesuffix(".json")
-        if fid not in committed and info.mtime * 1000 <= cutoff_ms:
-            record = _stored_record(storage, fid)
-            what = record.get("what") if isinstance(record, dict) else None
-            yield what, (info.key, f"record of a push that never committed, written {iso_ms(int(info.mtime * 1000))}", info.size)
+def _uncommitted_records(storage: Storage, cutoff_ms: int) -> dict[str | None, list[Found]]:
+    """Record files of ids no push committed, older than the cutoff, by the what each names (None:
+    unreadable), with partial writes of records; each what's pass checks them again under its lock."""
+    found: dict[str | None, list[Found]] = {}
     for info in storage.leftovers(f"{layout.FILES}/ids/"):
         if info.mtime * 1000 <= cutoff_ms:
-            yield None, (info.key, f"partial write left by a crash at {iso_ms(int(info.mtime * 1000))}", info.size)
+            found.setdefault(None, []).append((info.key, f"partial write left by a crash at {iso_ms(int(info.mtime * 1000))}", info.size))
+    listed = [info for info in storage.list(f"{layout.FILES}/ids/") if info.mtime * 1000 <= cutoff_ms]
+    committed = {fid for state in states(storage) for fid in state.records} if listed else set()
+    for info in listed:
+        fid = _record_id(info.key)
+        if fid not in committed:
+            record = _stored_record(storage, fid)
+            what = record.get("what") if isinstance(record, dict) else None
+            reason = f"record of a push that never committed, written {iso_ms(int(info.mtime * 1000))}"
+            found.setdefault(what, []).append((info.key, reason, info.size))
+    return found
 
 
-def _delete(storage: Storage, marker: Lock | None, chosen: list[Found], notes: list[str]) -> list[Found]:
-    """Delete ``chosen``, refreshing the what's vacuum lock first: taken over (a push judged this vacuum
-    stalled), nothing more is deleted."""
-    if marker is not None:
-        try:
-            marker.refresh()
-        except LockLost:
-            notes.append(f"{marker.key}: taken over while this vacuum stalled; its deletions stop")
-            return []
-    for key, _, _ in chosen:
-        storage.delete(key)
-    return chosen
+def _record_id(key: str) -> str:
+    return key.rsplit("/", 1)[1].removesuffix(".json")

@@ -42,6 +42,7 @@ def commit(storage: Storage, what: str, txn: str, records: list[dict]) -> None:
     (``durable=False``): one ``storage.sync()`` makes them all durable before the commit point.
     Raises Aborted when a vacuum wrote this txn's segment first."""
     dirs = sorted(pointer_dirs(what, records))
+    pause_point("push-before-pointers")
     with ThreadPoolExecutor(storage.parallel_requests) as pool:
         list(pool.map(lambda directory: storage.write(directory + txn, b"", if_none_match=True, durable=False), dirs))
     storage.sync()

@@ -28,16 +28,24 @@ def push_leases(storage: Storage, what: str, txns: list[str], wait_s: float = DE
 
 
 def wait_for_vacuum(storage: Storage, what: str, wait_s: float = DEFAULT_WAIT_S, poll_s: float = 0.25) -> None:
-    """Return once ``vacuum.lock`` of ``what`` is gone. A stale one (its vacuum died or stalled) is
-    deleted, conditionally on the version judged stale, so that vacuum's next refresh fails."""
+    """Return once the vacuum that held ``vacuum.lock`` of ``what`` when the lease was already taken is
+    done with it. A vacuum that takes the lock later lists the leases after that and sees this one, so
+    only the holder seen first is waited for: a vacuum in a loop cannot starve a push. A stale lock (its
+    vacuum died or stalled) is deleted, conditionally on the version judged stale, so that vacuum's
+    next refresh fails."""
     key = layout.vacuum_lock_key(what)
     deadline = time.monotonic() + wait_s
+    first = None
     while True:
         try:
             current = storage.read(key)
         except NotFound:
             return
         info = LockInfo.parse(current.data)
+        holder = info.writer_id if info else current.etag
+        first = first or holder
+        if holder != first:
+            return  # another vacuum's pass, begun after the lease existed
         if looks_stale(info, now_ms()):
             try:
                 storage.delete(key, if_match=current.etag)
@@ -45,5 +53,5 @@ def wait_for_vacuum(storage: Storage, what: str, wait_s: float = DEFAULT_WAIT_S,
                 pass  # refreshed or released meanwhile: look again
             continue
         if time.monotonic() > deadline:
-            raise LockTimeout(f"{storage.url_of(key)} is held by {info.writer_id}; waited {wait_s:.0f}s for the vacuum to finish")
+            raise LockTimeout(f"{storage.url_of(key)} is held by {holder}; waited {wait_s:.0f}s for the vacuum to finish")
         time.sleep(poll_s)
