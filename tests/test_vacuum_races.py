@@ -498,3 +498,21 @@ def test_soak_writers_and_a_vacuum_loop_lose_nothing_acknowledged(tmp_path):
 
     table = DeltaTable(str(Path(lake.config["lake_root"], "published", TAP, "users"))).to_pyarrow_table()
     assert set(landed) <= set(table.column("id").to_pylist()), "every acknowledged record is in the projected table"
+
+
+def test_a_vacuum_stalled_before_its_deletes_deletes_nothing_once_a_push_took_its_lock_over(lake, tmp_path):
+    """A dead push left a file's bytes; vacuum judges them leftovers and stalls before deleting; the same
+    file is pushed again, finds the stalled vacuum's lock stale, takes it over and reuses the bytes. The
+    vacuum, let go, finds its lock gone and deletes nothing."""
+    files = files_to_push(tmp_path)
+    push(lake, tmp_path, "push-before-commit").kill()
+    for dead_lease in pending_leases(lake):
+        make_stale(lake, dead_lease)
+    command = singerlake(lake, "vacuum", "--retention", "0s", "--force", "--apply")
+    stalled = Held(command, "vacuum-before-delete", cli_env(lake)).wait_paused()
+    make_stale(lake, "files/index/app-log/vacuum.lock")  # how its lock reads once it stalled past its lease
+    done = subprocess.run(singerlake(lake, "push", str(tmp_path / "src"), *PUSH_ARGS), capture_output=True, env=cli_env(lake))
+    check_pushed(lake, tmp_path, done, files)
+    vacuumed = stalled.release()
+    assert vacuumed.returncode == 0 and b"taken over" in vacuumed.stdout, vacuumed.stdout
+    check_readable(lake, tmp_path, files)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from singerlake.commits.lock import Lock, LockLost, LockTimeout, looks_stale, read_lock
 from singerlake.files import index, layout
 from singerlake.format.metadata import new_digest
+from singerlake.pause import pause_point
 from singerlake.storage import NotFound, ObjectInfo, Storage
 from singerlake.times import iso_ms, now_ms
 
@@ -183,6 +184,7 @@ def _vacuum_what(storage: Storage, what: str, cutoff_ms: int, apply: bool, recor
         chosen = _leftovers(storage, state, cutoff_ms)
         chosen += [found for found in records if _record_id(found[0]) not in state.records]  # committed meanwhile: kept
         if apply:
+            pause_point("vacuum-before-delete")
             marker.refresh()  # taken over (a push judged this vacuum stalled): LockLost, nothing deleted
             for key, _, _ in chosen:
                 storage.delete(key)
