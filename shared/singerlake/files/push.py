@@ -13,11 +13,12 @@ from __future__ import annotations
 import functools
 import json
 import os
+import stat
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from singerlake.errors import ConfigError, SingerlakeError
 from singerlake.files import index, layout
@@ -81,7 +82,8 @@ class PushResult:
 
 
 def gather(paths: list[str | os.PathLike], start: int | None, end: int | None) -> list[Source]:
-    """Every file named or below a named directory, checked readable and timed, before anything is written."""
+    """Every file named or below a named directory, checked a readable regular file of a true size and
+    timed, before anything is written."""
     sources: list[Source] = []
     for given in paths:
         path = Path(given)
@@ -99,15 +101,54 @@ def gather(paths: list[str | os.PathLike], start: int | None, end: int | None) -
 
 
 def _source(path: Path, start: int | None, end: int | None) -> Source:
-    try:
-        with open(path, "rb"):
-            pass
-        stat = path.stat()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-    first = stat.st_mtime_ns // 1_000_000 if start is None else start
+    info = _checked(path)
+    first = info.st_mtime_ns // 1_000_000 if start is None else start
     check_span(first, end, str(path))
-    return Source(path.absolute(), stat.st_size, stat.st_mtime_ns, first, end)
+    return Source(path.absolute(), info.st_size, info.st_mtime_ns, first, end)
+
+
+FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _checked(path: Path) -> os.stat_result:
+    """The stat of a regular file whose bytes can be read and whose size is what it holds. Anything
+    else is refused before it is opened (opening a FIFO waits for a writer; a device never ends)."""
+    try:
+        mode = os.stat(path).st_mode
+        _check_regular(path, mode)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # NONBLOCK: had it become a FIFO since, this returns at once
+        try:
+            info = os.fstat(fd)
+            _check_regular(path, info.st_mode)
+            # Its last byte, and nothing after: /proc and /sys files say 0 or 4,096 bytes whatever they hold.
+            tail = os.pread(fd, 2, max(info.st_size - 1, 0))
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+    if len(tail) != min(info.st_size, 1):
+        raise _size_lies(path, info.st_size)
+    return info
+
+
+def _check_regular(path: Path, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in FILE_KINDS if test(mode)), "a special file")
+        raise ConfigError(f"{path}: {kind}, not a regular file: only regular files can be pushed; nothing was pushed")
+
+
+def _unreadable(path: Path, exc: OSError) -> ConfigError:
+    return ConfigError(f"{path}: cannot read it: {exc.strerror or exc}")
+
+
+def _size_lies(path: Path, size: int) -> ConfigError:
+    return ConfigError(f"{path}: its size ({size:,} bytes) is not what it holds (a /proc or /sys file, or one being written): push a copy")
 
 
 def push(
@@ -210,13 +251,32 @@ def _changed(source: Source, why: str) -> FileChanged:
     return FileChanged(f"{source.path}: changed while it was pushed ({why}); nothing of it was stored, push it again")
 
 
+def _open(source: Source) -> BinaryIO:
+    """The file, still a regular one: never a FIFO or device put in its place since it was gathered."""
+    handle = os.fdopen(os.open(source.path, os.O_RDONLY | os.O_NONBLOCK), "rb")
+    if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        handle.close()
+        raise _changed(source, "no longer a regular file")
+    return handle
+
+
 def _read_whole(source: Source) -> bytes:
-    with open(source.path, "rb") as handle:
-        data = handle.read()
-        stat = os.fstat(handle.fileno())
-    if len(data) != source.size or stat.st_size != source.size or stat.st_mtime_ns != source.mtime_ns:
-        raise _changed(source, "size or mtime")
+    try:
+        with _open(source) as handle:
+            data = handle.read(source.size + 1)  # never more: a file longer than its size does not fill the memory
+            info = os.fstat(handle.fileno())
+    except OSError as exc:
+        raise _unreadable(source.path, exc) from None
+    _check_read(source, len(data), info)
     return data
+
+
+def _check_read(source: Source, size: int, info: os.stat_result) -> None:
+    """A file read whole: it changed if its size or mtime did, it lies if it held other than its size."""
+    if info.st_size != source.size or info.st_mtime_ns != source.mtime_ns:
+        raise _changed(source, "size or mtime")
+    if size != source.size:
+        raise _size_lies(source.path, source.size)
 
 
 def _hash_of(source: Source) -> str:
@@ -228,13 +288,15 @@ def _hash_of(source: Source) -> str:
 
 def _chunks(source: Source) -> Iterator[bytes]:
     size = 0
-    with open(source.path, "rb") as handle:
-        while chunk := handle.read(CHUNK_BYTES):
-            size += len(chunk)
-            yield chunk
-        stat = os.fstat(handle.fileno())
-    if size != source.size or stat.st_size != source.size or stat.st_mtime_ns != source.mtime_ns:
-        raise _changed(source, "size or mtime")
+    try:
+        with _open(source) as handle:
+            while size <= source.size and (chunk := handle.read(CHUNK_BYTES)):  # past its size: it grew, or lies
+                size += len(chunk)
+                yield chunk
+            info = os.fstat(handle.fileno())
+    except OSError as exc:
+        raise _unreadable(source.path, exc) from None
+    _check_read(source, size, info)
 
 
 def _verified_chunks(source: Source, expected_hash: str) -> Iterator[bytes]:

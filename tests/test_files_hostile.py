@@ -1,0 +1,72 @@
+"""Hostile input to push (SPEC.md §14): what is not a regular file, and files whose size lies.
+
+The real CLI in a subprocess, as test_files runs it; a command that would hang is stopped after
+HANG_SECONDS and fails its test (a hang detector, not a time limit: each takes a few seconds).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import BACKENDS
+from test_files import Root, assert_refused, cli_env, cli_s3_args, root_on
+
+HANG_SECONDS = 60
+
+
+def run(root: Root, command: str, *args: str) -> subprocess.CompletedProcess:
+    """``singerlake COMMAND ROOT ARGS`` as ``Root.cli`` runs it, failing the test if it hangs."""
+    argv = root.command(command, *(cli_s3_args(root) if root.options else []), *args)
+    try:
+        return subprocess.run(argv, capture_output=True, env=cli_env(root), timeout=HANG_SECONDS)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"singerlake {command} {' '.join(args)} still runs after {HANG_SECONDS} s: it hangs")
+
+
+# -- push: anything but a regular file, files whose size lies ---------------------------------------
+def fifo(directory: Path) -> Path:
+    os.mkfifo(directory / "pipe")
+    return directory / "pipe"
+
+
+def socket_file(directory: Path) -> Path:
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(directory / "listener.sock"))  # the socket file stays once it is closed
+    return directory / "listener.sock"
+
+
+HOSTILE = {
+    # case: (the file made in a directory, or a path of the system; pushed alone or in a folder; what the line says)
+    "FIFO": (fifo, False, "a FIFO (named pipe), not a regular file"),
+    "FIFO in a folder": (fifo, True, "a FIFO (named pipe), not a regular file"),
+    "socket in a folder": (socket_file, True, "a socket, not a regular file"),
+    "/dev/zero": ("/dev/zero", False, "a character device, not a regular file"),
+    "/proc/self/status": ("/proc/self/status", False, "its size (0 bytes) is not what it holds"),
+    "/proc/self/mem": ("/proc/self/mem", False, "cannot read it: Input/output error"),
+}
+
+
+@pytest.mark.parametrize(
+    "kind, case",
+    [
+        pytest.param(kind, case, id=f"{kind}-{case}")
+        for kind in BACKENDS
+        for case in HOSTILE
+        if kind == "local" or case == "FIFO in a folder"  # on S3 only "nothing stored" differs
+    ],
+)
+def test_push_refuses_what_is_not_a_regular_file_of_a_true_size(request, tmp_path, kind, case):
+    root = root_on(request, kind, tmp_path)
+    make, in_folder, says = HOSTILE[case]
+    folder = tmp_path / "src"
+    folder.mkdir()
+    (folder / "good.txt").write_bytes(b"a good file beside it")
+    bad = Path(make) if isinstance(make, str) else make(folder)
+    result = run(root, "push", str(folder if in_folder else bad), "--what", "logs", "--where", "web")
+    assert_refused(root, result, str(bad))  # exit 2, one line naming it, nothing under files/, the good file neither
+    err = result.stderr.decode()
+    assert says in err and "changed while it was pushed" not in err and "Traceback" not in err, err
