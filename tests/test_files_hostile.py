@@ -1,4 +1,5 @@
-"""Hostile input to push (SPEC.md §14): what is not a regular file, and files whose size lies.
+"""Hostile input to push (SPEC.md §14): what is not a regular file, files whose size lies, and
+pushes of the same files at once.
 
 The real CLI in a subprocess, as test_files runs it; a command that would hang is stopped after
 HANG_SECONDS and fails its test (a hang detector, not a time limit: each takes a few seconds).
@@ -70,3 +71,30 @@ def test_push_refuses_what_is_not_a_regular_file_of_a_true_size(request, tmp_pat
     assert_refused(root, result, str(bad))  # exit 2, one line naming it, nothing under files/, the good file neither
     err = result.stderr.decode()
     assert says in err and "changed while it was pushed" not in err and "Traceback" not in err, err
+
+
+# -- pushes of the same files at once: each file reported pushed once between them ------------------
+@pytest.mark.parametrize("kind", ["local", pytest.param("moto", marks=pytest.mark.heavy)])
+def test_pushes_of_the_same_files_at_once_report_each_file_pushed_once(request, tmp_path, kind):
+    root = root_on(request, kind, tmp_path)
+    count, pushers = 200, 4
+    (tmp_path / "src").mkdir()
+    for n in range(count):
+        (tmp_path / "src" / f"f{n:03d}.txt").write_bytes(f"file {n}\n".encode())
+    argv = root.command("push", *(cli_s3_args(root) if root.options else []), str(tmp_path / "src"), "--what", "docs", "--where", "web")
+    processes = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(root)) for _ in range(pushers)]
+    try:
+        outputs = [process.communicate(timeout=HANG_SECONDS * 4)[0].decode().splitlines() for process in processes]
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{pushers} pushes at once still run after {HANG_SECONDS * 4} s: they hang")
+    assert [p.returncode for p in processes] == [0] * pushers
+    pushed_ids = []
+    for lines in outputs:
+        pushed = [line.split()[1] for line in lines if line.startswith("pushed ")]
+        already = [line.split()[5].rstrip(":") for line in lines if line.startswith("already in the lake as ")]
+        assert sorted(pushed + already) == sorted(set(pushed + already)) and len(pushed + already) == count, "each file once"
+        assert lines[-1] == f"{len(pushed)} file(s) pushed, {len(already)} already in the lake"
+        pushed_ids += pushed
+    stored = {r["id"] for r in root.lake.find_files("docs", start=0, end="now")}
+    assert len(stored) == count
+    assert sorted(pushed_ids) == sorted(stored), f"{len(pushed_ids)} 'pushed' lines between them for {count} files stored"

@@ -49,8 +49,10 @@ class Source:
 
 @dataclass
 class PushResult:
-    pushed: list[dict] = field(default_factory=list)  # records newly committed
-    duplicates: list[dict] = field(default_factory=list)  # already in the lake: the records found there
+    pushed: list[dict] = field(default_factory=list)  # records committed whose bytes this push stored
+    # Already in the lake: the records found there, or committed here too when another push (racing
+    # this one, or killed) had stored the bytes: that push reports them pushed if it commits.
+    duplicates: list[dict] = field(default_factory=list)
     spark: dict | None = None  # a push run on Spark: {"jobs", "tasks", "worker_processes"}
 
     def to_dict(self) -> dict:
@@ -59,10 +61,17 @@ class PushResult:
             doc["spark"] = self.spark
         return doc
 
-    def commit_chunk(self, storage: Storage, what: str, txn: str, stored: list[tuple[dict, bool]], seen: dict[str, dict]) -> None:
+    def commit_chunk(self, storage: Storage, what: str, txn: str, stored: list[tuple[dict, bool | None]], seen: dict[str, dict]) -> None:
         """Commit one chunk's newly stored records as segment ``txn``; a file already in the lake, or
-        met before in this push (``seen``: the records committed so far, by id), is a duplicate."""
+        met before in this push (``seen``: the records committed so far, by id), is a duplicate.
+
+        ``stored`` pairs each record with ``store``'s answer: True already committed, False its bytes
+        stored by this push, None its bytes found but not committed. Only the push that stored the
+        bytes (create-only: one push) reports a file pushed, so pushes racing on the same files report
+        each one pushed once between them; a None file is committed here too, lest that push never
+        commit it, and reported already in the lake."""
         fresh: dict[str, dict] = {}
+        ours = {record["id"] for record, duplicate in stored if duplicate is False}
         for record, duplicate in stored:
             if not duplicate and record["id"] in seen and record["txn"] != seen[record["id"]]["txn"]:
                 # Stored at once with an earlier chunk (a Spark push): its record file may name this
@@ -77,7 +86,8 @@ class PushResult:
                 fresh[record["id"]] = record
         if fresh:
             index.commit(storage, what, txn, list(fresh.values()))
-            self.pushed.extend(fresh.values())
+            for record in fresh.values():
+                (self.pushed if record["id"] in ours else self.duplicates).append(record)
             seen.update(fresh)
 
 
@@ -206,12 +216,14 @@ def _session_for(spark: Any, use_spark: str, files: int):
     return spark if hasattr(spark, "createDataFrame") else spark()
 
 
-def _store_in(storage: Storage, what: str, where: str, work_id: str | None, txn: str, source: Source) -> tuple[dict, bool]:
+def _store_in(storage: Storage, what: str, where: str, work_id: str | None, txn: str, source: Source) -> tuple[dict, bool | None]:
     return store(storage, source, what, where, work_id, txn)
 
 
-def store(storage: Storage, source: Source, what: str, where: str, work_id: str | None, txn: str) -> tuple[dict, bool]:
-    """Store one file's bytes and record; (the committed record, True) when the lake already holds it."""
+def store(storage: Storage, source: Source, what: str, where: str, work_id: str | None, txn: str) -> tuple[dict, bool | None]:
+    """Store one file's bytes and record: (the committed record, True) when the lake already holds it,
+    else (its record, False) when this push stored the bytes, (its record, None) when they were there
+    already but not committed (stored by a push racing this one, or killed)."""
     if source.size <= SMALL_BYTES:
         data = _read_whole(source)
         digest = new_digest()
@@ -244,7 +256,7 @@ def store(storage: Storage, source: Source, what: str, where: str, work_id: str 
     )  # fmt: skip
     body = json.dumps(record, separators=(",", ":")).encode()
     storage.write(layout.record_key(fid), body, durable=False, content_type="application/json")  # synced at the commit
-    return record, False
+    return record, None if existed else False
 
 
 def _changed(source: Source, why: str) -> FileChanged:

@@ -101,6 +101,8 @@ def push_on_spark(
     seen: dict[str, dict] = {}
     failed: list[str] = []
     first = 0
+    # Stored at once, two chunks' copies of the same bytes: whichever stored them, this push did.
+    ours = {o["record"]["id"] for o in outcomes if o.get("duplicate") is False}
     for txn, chunk in zip(txns, chunks, strict=True):
         mine = outcomes[first : first + len(chunk)]
         first += len(chunk)
@@ -108,7 +110,8 @@ def push_on_spark(
         if problems:
             failed.extend(problems)
             continue  # its stored bytes and records stay invisible (SPEC.md §14); pushing again commits them
-        result.commit_chunk(storage, what, txn, [(o["record"], o["duplicate"]) for o in mine], seen)
+        stored = [(o["record"], False if o["duplicate"] is None and o["record"]["id"] in ours else o["duplicate"]) for o in mine]
+        result.commit_chunk(storage, what, txn, stored, seen)
     if failed:
         committed = f"{len(result.pushed):,} file(s) committed" if result.pushed else "nothing committed"
         raise PushFailed(f"{len(failed):,} file(s) could not be pushed ({committed}; push again to commit the rest): {failed[0]}")
