@@ -1,5 +1,5 @@
-"""Hostile input to push (SPEC.md §14): what is not a regular file, files whose size lies, and
-pushes of the same files at once.
+"""Hostile input to push and the files table (SPEC.md §14): what is not a regular file, files whose
+size lies, names with terminal escapes, and pushes of the same files at once.
 
 The real CLI in a subprocess, as test_files runs it; a command that would hang is stopped after
 HANG_SECONDS and fails its test (a hang detector, not a time limit: each takes a few seconds).
@@ -7,6 +7,7 @@ HANG_SECONDS and fails its test (a hang detector, not a time limit: each takes a
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -14,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from conftest import BACKENDS
-from test_files import Root, assert_refused, cli_env, cli_s3_args, root_on
+from singerlake.cli.output import as_table
+from test_files import BASE, Root, assert_refused, cli_env, cli_s3_args, root_on
 
 HANG_SECONDS = 60
 
@@ -26,6 +28,11 @@ def run(root: Root, command: str, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(argv, capture_output=True, env=cli_env(root), timeout=HANG_SECONDS)
     except subprocess.TimeoutExpired:
         pytest.fail(f"singerlake {command} {' '.join(args)} still runs after {HANG_SECONDS} s: it hangs")
+
+
+def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert result.returncode == 0, result.stderr.decode()
+    return result
 
 
 # -- push: anything but a regular file, files whose size lies ---------------------------------------
@@ -71,6 +78,27 @@ def test_push_refuses_what_is_not_a_regular_file_of_a_true_size(request, tmp_pat
     assert_refused(root, result, str(bad))  # exit 2, one line naming it, nothing under files/, the good file neither
     err = result.stderr.decode()
     assert says in err and "changed while it was pushed" not in err and "Traceback" not in err, err
+
+
+# -- names that would rewrite the screen ------------------------------------------------------------
+EVIL = "a\rb\x1b[2Jc\td\\e\x7f"
+SHOWN = "a\\rb\\033[2Jc\\td\\\\e\\177"  # as ls -b shows it
+
+
+def test_control_characters_in_names_are_escaped_in_text_and_exact_in_json(tmp_path):
+    root = Root("local", str(tmp_path / "lake"))
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / EVIL).write_bytes(b"evil")
+    pushed = ok(run(root, "push", str(tmp_path / "src"), "--what", "docs", "--where", "web", "--start", str(BASE))).stdout.decode()
+    table = ok(run(root, "files", "--what", "docs", "--start", str(BASE))).stdout.decode()
+    record = json.loads(ok(run(root, "files", "--what", "docs", "--start", str(BASE), "--json")).stdout)[0]
+    fetched = ok(run(root, "fetch", record["id"], "--out", f"{tmp_path / 'out'}/", "--name", "{name}")).stdout.decode()
+    assert record["name"] == EVIL, "JSON keeps the name exact"
+    assert (tmp_path / "out" / EVIL).read_bytes() == b"evil"
+    for text, line in ((pushed, f"pushed {record['id']} {tmp_path / 'src'}/{SHOWN} (4 bytes)"),
+                       (table, f"| {SHOWN}"), (fetched, f"{record['id']} -> {tmp_path / 'out'}/{SHOWN}")):  # fmt: skip
+        assert line in text and not {"\r", "\x1b", "\t", "\x7f"} & set(text), text
+    assert as_table(["v\x1b"], [("\x9b2J\u202e",), ("x\\n",)]).splitlines()[2:4] == ["\\302\\2332J\\342\\200\\256", "x\\\\n"]
 
 
 # -- pushes of the same files at once: each file reported pushed once between them ------------------

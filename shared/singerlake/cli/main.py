@@ -23,7 +23,7 @@ import sys
 import time
 
 import singerlake
-from singerlake.cli.output import as_csv, as_json, as_table, emit, finish
+from singerlake.cli.output import as_csv, as_json, as_table, emit, finish, printable
 from singerlake.errors import ConfigError, run_command
 from singerlake.jobs.describe import describe_lake, describe_text, stream_locks
 from singerlake.lake import Lake
@@ -283,8 +283,8 @@ def cmd_push(args: argparse.Namespace) -> int:
         args.paths, what=args.what, where=args.where, work_id=args.work_id, start=args.start, end=args.end,
         progress=show, spark=spark, use_spark=use_spark,
     )  # fmt: skip
-    lines = [f"pushed {r['id']} {r['path']} ({r['size']:,} bytes)" for r in result.pushed]
-    lines += [f"already in the lake as {r['id']}: {r['path']}" for r in result.duplicates]
+    lines = [f"pushed {r['id']} {printable(r['path'])} ({r['size']:,} bytes)" for r in result.pushed]
+    lines += [f"already in the lake as {r['id']}: {printable(r['path'])}" for r in result.duplicates]
     lines.append(f"{len(result.pushed)} file(s) pushed, {len(result.duplicates)} already in the lake")
     emit(args, result.to_dict(), "\n".join(lines))
     return 0
@@ -346,7 +346,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     lake = open_files_lake(args)
     written = lake.fetch(args.ids, args.out, args.name)
     if args.out != "-":
-        text = "\n".join(f"{r['id']} -> {place}" for r, place in written)
+        text = "\n".join(f"{r['id']} -> {printable(place)}" for r, place in written)
         emit(args, [{"id": r["id"], "written_to": place} for r, place in written], text)
     return 0
 
