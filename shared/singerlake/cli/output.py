@@ -29,6 +29,23 @@ def finish(args: argparse.Namespace, doc: dict, text: str, failures: list, probl
     return 1 if failures or problems else 0
 
 
+def fetched_text(outcomes: list) -> str:
+    """A line per file fetched, or found there already (``files.fetch.Fetched``): ``id -> place``."""
+    said = {"fetched": "", "already there": " (already there)"}
+    return "\n".join(f"{o.record['id']} -> {printable(o.place)}{said[o.outcome]}" for o in outcomes if not o.failed)
+
+
+def report_fetched(args: argparse.Namespace, outcomes: list) -> int:
+    """Each file that could not be fetched, one line on stderr naming its id and target; exit 1 if any."""
+    failed = [o for o in outcomes if o.failed]
+    for outcome in failed:
+        where = f"{outcome.record['id']} -> {printable(outcome.place)}"
+        print(f"singerlake {args.command}: failed: {where}: {printable(outcome.error)}", file=sys.stderr)
+    if failed:
+        print(f"singerlake {args.command}: {len(failed)} of {len(outcomes)} file(s) not fetched; the others were", file=sys.stderr)
+    return 1 if failed else 0
+
+
 # -- text a name may be in ----------------------------------------------------------------------------
 ESCAPES = {"\\": "\\\\", "\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r"}
 BIDI_CONTROLS = frozenset(map(chr, [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]))
