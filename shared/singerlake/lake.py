@@ -230,14 +230,19 @@ class Lake:
 
         return record_of(self.storage, file_id)
 
-    def fetch(self, files, out: str | None = None, template: str | None = None) -> list[tuple[dict, str]]:
+    def fetch(self, files, out: str | None = None, template: str | None = None, overwrite: bool = False) -> list:
         """Write files (ids, or records as ``find_files`` gives them) to ``out`` (a path, a directory, or
-        ``-`` for stdout), hashes checked."""
-        from singerlake.files.fetch import DEFAULT_NAME, fetch
+        ``-`` for stdout), hashes checked; a file already there is replaced only with ``overwrite`` (the
+        same bytes there are left as they are). Returns what became of each (``files.fetch.Fetched``);
+        raises ``FetchFailed`` (with them all) when some could not be fetched, after fetching the others."""
+        from singerlake.files.fetch import DEFAULT_NAME, FetchFailed, fetch
 
         files = [files] if isinstance(files, (str, dict)) else list(files)
         records = [f if isinstance(f, dict) else self.file_record(f) for f in files]
-        return fetch(self.storage, records, out, template or DEFAULT_NAME)
+        outcomes = fetch(self.storage, records, out, template or DEFAULT_NAME, overwrite)
+        if any(outcome.failed for outcome in outcomes):
+            raise FetchFailed(outcomes)
+        return outcomes
 
 
 MAX_MS = (1 << 63) - 1

@@ -8,9 +8,10 @@ more settings with --spark-conf KEY=VALUE. One Spark job covers all the streams 
 one line naming its tap, its stream and the cause, and in --json output under "failures".
 
 Exit codes: 0 success (verify: clean); 1 verify found problems, or some streams failed (the
-others finished); 2 an error that is no stream's: usage or configuration (bad arguments, lake
-root, tap), an unreachable lake or the lake's own metadata (an unreadable catalogue or
-singerlake.json). Errors are one line on stderr; --debug adds the traceback.
+others finished), or some files could not be fetched (the others were); 2 an error that is no
+stream's: usage or configuration (bad arguments, lake root, tap), an unreachable lake or the
+lake's own metadata (an unreadable catalogue or singerlake.json). Errors are one line on stderr;
+--debug adds the traceback.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import sys
 import time
 
 import singerlake
-from singerlake.cli.output import as_csv, as_json, as_table, emit, finish
+from singerlake.cli.output import as_csv, as_json, as_table, emit, fetched_text, finish, printable, report_fetched
 from singerlake.errors import ConfigError, run_command
 from singerlake.jobs.describe import describe_lake, describe_text, stream_locks
 from singerlake.lake import Lake
@@ -286,8 +287,8 @@ def cmd_push(args: argparse.Namespace) -> int:
         args.paths, what=args.what, where=args.where, work_id=args.work_id, start=args.start, end=args.end,
         progress=show, spark=spark, use_spark=use_spark,
     )  # fmt: skip
-    lines = [f"pushed {r['id']} {r['path']} ({r['size']:,} bytes)" for r in result.pushed]
-    lines += [f"already in the lake as {r['id']}: {r['path']}" for r in result.duplicates]
+    lines = [f"pushed {r['id']} {printable(r['path'])} ({r['size']:,} bytes)" for r in result.pushed]
+    lines += [f"already in the lake as {r['id']}: {printable(r['path'])}" for r in result.duplicates]
     lines.append(f"{len(result.pushed)} file(s) pushed, {len(result.duplicates)} already in the lake")
     emit(args, result.to_dict(), "\n".join(lines))
     return 0
@@ -336,22 +337,30 @@ def cmd_files(args: argparse.Namespace) -> int:
         records = lake.find_files(whats, where=args.where, start=args.start, end=args.end)
     else:
         raise ConfigError("say which files: --start T [--end T], --work-id ID or --latest")
-    if args.fetch:
-        lake.fetch(records, args.fetch + "/", args.name)
+    outcomes = fetch_files(lake, records, args.fetch + "/", args) if args.fetch else []
     if args.json:
         print(json.dumps(records, indent=1, ensure_ascii=False))
     else:
         print(as_table(FILE_COLUMNS, [tuple(r[c] for c in FILE_COLUMNS) for r in records]))
-    return 0
+    return report_fetched(args, outcomes)
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
     lake = open_files_lake(args)
-    written = lake.fetch(args.ids, args.out, args.name)
+    outcomes = fetch_files(lake, args.ids, args.out, args)
     if args.out != "-":
-        text = "\n".join(f"{r['id']} -> {place}" for r, place in written)
-        emit(args, [{"id": r["id"], "written_to": place} for r, place in written], text)
-    return 0
+        emit(args, [o.to_dict() for o in outcomes], fetched_text(outcomes))
+    return report_fetched(args, outcomes)
+
+
+def fetch_files(lake: Lake, files: list, out: str | None, args: argparse.Namespace) -> list:
+    """What became of each file fetched (``files.fetch.Fetched``), those that failed too."""
+    from singerlake.files.fetch import FetchFailed
+
+    try:
+        return lake.fetch(files, out, args.name, overwrite=args.overwrite)
+    except FetchFailed as exc:
+        return exc.outcomes
 
 
 def parser() -> argparse.ArgumentParser:
@@ -471,14 +480,17 @@ def add_files_commands(command) -> None:
     files.add_argument("--latest", action="store_true", help="the file whose data is newest, per what")
     files.add_argument("--fetch", metavar="DIR", help="also fetch every file found into DIR (see --name)")
     files.add_argument("--name", default=None, help=NAME_HELP)
+    files.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     fetch = command("fetch", cmd_fetch, "write files back by id, hashes checked")
     fetch.add_argument("ids", nargs="+", metavar="ID", help="file ids, as `singerlake files` lists them")
     fetch.add_argument("--out", default=None, help="a file (one id), a directory, or - for stdout (default: this directory)")
     fetch.add_argument("--name", default=None, help=NAME_HELP)
+    fetch.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
 
 
 TIME_HELP = "ISO 8601, now, or seconds or ms since the epoch"
 NAME_HELP = "file names in a directory, from record fields, e.g. {where}/{what}-{start_iso} (default {id}-{name})"
+OVERWRITE_HELP = "replace a file already there with other bytes (default: leave it, and report that file failed)"
 
 
 def add_spark_options(cmd: argparse.ArgumentParser) -> None:

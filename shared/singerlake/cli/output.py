@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import sys
+import unicodedata
 from typing import Any
 
 from singerlake.format.exact import json_text, json_value
@@ -26,6 +27,47 @@ def finish(args: argparse.Namespace, doc: dict, text: str, failures: list, probl
     if failures:
         print(f"singerlake {args.command}: {len(failures)} stream(s) failed; the others finished", file=sys.stderr)
     return 1 if failures or problems else 0
+
+
+def fetched_text(outcomes: list) -> str:
+    """A line per file fetched, or found there already (``files.fetch.Fetched``): ``id -> place``."""
+    said = {"fetched": "", "already there": " (already there)"}
+    return "\n".join(f"{o.record['id']} -> {printable(o.place)}{said[o.outcome]}" for o in outcomes if not o.failed)
+
+
+def report_fetched(args: argparse.Namespace, outcomes: list) -> int:
+    """Each file that could not be fetched, one line on stderr naming its id and target; exit 1 if any."""
+    failed = [o for o in outcomes if o.failed]
+    for outcome in failed:
+        where = f"{outcome.record['id']} -> {printable(outcome.place)}"
+        print(f"singerlake {args.command}: failed: {where}: {printable(outcome.error)}", file=sys.stderr)
+    if failed:
+        print(f"singerlake {args.command}: {len(failed)} of {len(outcomes)} file(s) not fetched; the others were", file=sys.stderr)
+    return 1 if failed else 0
+
+
+# -- text a name may be in ----------------------------------------------------------------------------
+ESCAPES = {"\\": "\\\\", "\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r"}
+BIDI_CONTROLS = frozenset(map(chr, [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]))
+
+
+def printable(text: str) -> str:
+    """``text`` as ``ls -b`` shows a file name: control characters (and bidirectional overrides, and
+    bytes of a name that were not UTF-8) as escapes, backslashes doubled, so no name moves the cursor,
+    rewrites the lines around it or reads as another."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(map(_escaped, text))
+
+
+def _escaped(char: str) -> str:
+    if char in ESCAPES:
+        return ESCAPES[char]
+    if "\udc80" <= char <= "\udcff":  # a byte that was not UTF-8, as os.fsdecode keeps it
+        return f"\\{ord(char) - 0xDC00:03o}"
+    if unicodedata.category(char) in ("Cc", "Cs") or char in BIDI_CONTROLS:
+        return "".join(f"\\{byte:03o}" for byte in char.encode("utf-8", "surrogatepass"))
+    return char
 
 
 # -- query results ----------------------------------------------------------------------------------
@@ -50,7 +92,8 @@ def as_csv(columns: list[str], rows: list[tuple]) -> str:
 
 
 def as_table(columns: list[str], rows: list[tuple]) -> str:
-    texts = [[cell(value).replace("\n", "\\n") for value in row] for row in rows]
+    columns = list(map(printable, columns))
+    texts = [[printable(cell(value)) for value in row] for row in rows]
     widths = [max([len(name), *(len(row[i]) for row in texts)]) for i, name in enumerate(columns)]
     line = lambda values: " | ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()  # noqa: E731
     footer = f"({len(rows)} row{'s' if len(rows) != 1 else ''})"

@@ -13,11 +13,12 @@ from __future__ import annotations
 import functools
 import json
 import os
+import stat
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from singerlake.errors import ConfigError, SingerlakeError
 from singerlake.files import index, layout
@@ -54,9 +55,12 @@ class Source:
 
 @dataclass
 class PushResult:
-    pushed: list[dict] = field(default_factory=list)  # records newly committed
-    duplicates: list[dict] = field(default_factory=list)  # already in the lake: the records found there
+    pushed: list[dict] = field(default_factory=list)  # records committed whose bytes this push stored
+    # Already in the lake: the records found there, or committed here too when another push (racing
+    # this one, or killed) had stored the bytes: that push reports them pushed if it commits.
+    duplicates: list[dict] = field(default_factory=list)
     spark: dict | None = None  # a push run on Spark: {"jobs", "tasks", "worker_processes"}
+    stored_here: set[str] = field(default_factory=set, repr=False)  # ids whose bytes this push stored
 
     def to_dict(self) -> dict:
         doc = {"pushed": self.pushed, "duplicates": self.duplicates}
@@ -64,10 +68,18 @@ class PushResult:
             doc["spark"] = self.spark
         return doc
 
-    def commit_chunk(self, storage: Storage, what: str, txn: str, stored: list[tuple[dict, bool]], seen: dict[str, dict]) -> None:
+    def commit_chunk(self, storage: Storage, what: str, txn: str, stored: list[tuple[dict, bool | None]], seen: dict[str, dict]) -> None:
         """Commit one chunk's newly stored records as segment ``txn``; a file already in the lake, or
         met before in this push (``seen``: the records committed so far, by id), is a duplicate. Nothing
-        is counted unless the commit succeeds (an aborted chunk is stored and committed again)."""
+        is counted unless the commit succeeds (a chunk a vacuum aborted is stored and committed again).
+
+        ``stored`` pairs each record with ``store``'s answer: True already committed, False its bytes
+        stored by this push, None its bytes found but not committed. Only the push that stored the
+        bytes (create-only: one push) reports a file pushed, so pushes racing on the same files report
+        each one pushed once between them; a None file is committed here too, lest that push never
+        commit it, and reported already in the lake unless this push stored it (``stored_here``: in an
+        earlier chunk of a Spark push, or an attempt a vacuum aborted)."""
+        self.stored_here |= {record["id"] for record, duplicate in stored if duplicate is False}
         fresh: dict[str, dict] = {}
         duplicates: list[dict] = []
         for record, duplicate in stored:
@@ -84,13 +96,15 @@ class PushResult:
                 fresh[record["id"]] = record
         if fresh:
             index.commit(storage, what, txn, list(fresh.values()))
-            self.pushed.extend(fresh.values())
+            for record in fresh.values():
+                (self.pushed if record["id"] in self.stored_here else self.duplicates).append(record)
             seen.update(fresh)
         self.duplicates.extend(duplicates)
 
 
 def gather(paths: list[str | os.PathLike], start: int | None, end: int | None) -> list[Source]:
-    """Every file named or below a named directory, checked readable and timed, before anything is written."""
+    """Every file named or below a named directory, checked a readable regular file of a true size and
+    timed, before anything is written."""
     sources: list[Source] = []
     for given in paths:
         path = Path(given)
@@ -108,15 +122,54 @@ def gather(paths: list[str | os.PathLike], start: int | None, end: int | None) -
 
 
 def _source(path: Path, start: int | None, end: int | None) -> Source:
-    try:
-        with open(path, "rb"):
-            pass
-        stat = path.stat()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-    first = stat.st_mtime_ns // 1_000_000 if start is None else start
+    info = _checked(path)
+    first = info.st_mtime_ns // 1_000_000 if start is None else start
     check_span(first, end, str(path))
-    return Source(path.absolute(), stat.st_size, stat.st_mtime_ns, first, end)
+    return Source(path.absolute(), info.st_size, info.st_mtime_ns, first, end)
+
+
+FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _checked(path: Path) -> os.stat_result:
+    """The stat of a regular file whose bytes can be read and whose size is what it holds. Anything
+    else is refused before it is opened (opening a FIFO waits for a writer; a device never ends)."""
+    try:
+        mode = os.stat(path).st_mode
+        _check_regular(path, mode)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # NONBLOCK: had it become a FIFO since, this returns at once
+        try:
+            info = os.fstat(fd)
+            _check_regular(path, info.st_mode)
+            # Its last byte, and nothing after: /proc and /sys files say 0 or 4,096 bytes whatever they hold.
+            tail = os.pread(fd, 2, max(info.st_size - 1, 0))
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+    if len(tail) != min(info.st_size, 1):
+        raise _size_lies(path, info.st_size)
+    return info
+
+
+def _check_regular(path: Path, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in FILE_KINDS if test(mode)), "a special file")
+        raise ConfigError(f"{path}: {kind}, not a regular file: only regular files can be pushed; nothing was pushed")
+
+
+def _unreadable(path: Path, exc: OSError) -> ConfigError:
+    return ConfigError(f"{path}: cannot read it: {exc.strerror or exc}")
+
+
+def _size_lies(path: Path, size: int) -> ConfigError:
+    return ConfigError(f"{path}: its size ({size:,} bytes) is not what it holds (a /proc or /sys file, or one being written): push a copy")
 
 
 def push(
@@ -191,12 +244,14 @@ def _session_for(spark: Any, use_spark: str, files: int):
     return spark if hasattr(spark, "createDataFrame") else spark()
 
 
-def _store_in(storage: Storage, what: str, where: str, work_id: str | None, txn: str, source: Source) -> tuple[dict, bool]:
+def _store_in(storage: Storage, what: str, where: str, work_id: str | None, txn: str, source: Source) -> tuple[dict, bool | None]:
     return store(storage, source, what, where, work_id, txn)
 
 
-def store(storage: Storage, source: Source, what: str, where: str, work_id: str | None, txn: str) -> tuple[dict, bool]:
-    """Store one file's bytes and record; (the committed record, True) when the lake already holds it."""
+def store(storage: Storage, source: Source, what: str, where: str, work_id: str | None, txn: str) -> tuple[dict, bool | None]:
+    """Store one file's bytes and record: (the committed record, True) when the lake already holds it,
+    else (its record, False) when this push stored the bytes, (its record, None) when they were there
+    already but not committed (stored by a push racing this one, or killed)."""
     if source.size <= SMALL_BYTES:
         data = _read_whole(source)
         digest = new_digest()
@@ -229,20 +284,39 @@ def store(storage: Storage, source: Source, what: str, where: str, work_id: str 
     )  # fmt: skip
     body = json.dumps(record, separators=(",", ":")).encode()
     storage.write(layout.record_key(fid), body, durable=False, content_type="application/json")  # synced at the commit
-    return record, False
+    return record, None if existed else False
 
 
 def _changed(source: Source, why: str) -> FileChanged:
     return FileChanged(f"{source.path}: changed while it was pushed ({why}); nothing of it was stored, push it again")
 
 
+def _open(source: Source) -> BinaryIO:
+    """The file, still a regular one: never a FIFO or device put in its place since it was gathered."""
+    handle = os.fdopen(os.open(source.path, os.O_RDONLY | os.O_NONBLOCK), "rb")
+    if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        handle.close()
+        raise _changed(source, "no longer a regular file")
+    return handle
+
+
 def _read_whole(source: Source) -> bytes:
-    with open(source.path, "rb") as handle:
-        data = handle.read()
-        stat = os.fstat(handle.fileno())
-    if len(data) != source.size or stat.st_size != source.size or stat.st_mtime_ns != source.mtime_ns:
-        raise _changed(source, "size or mtime")
+    try:
+        with _open(source) as handle:
+            data = handle.read(source.size + 1)  # never more: a file longer than its size does not fill the memory
+            info = os.fstat(handle.fileno())
+    except OSError as exc:
+        raise _unreadable(source.path, exc) from None
+    _check_read(source, len(data), info)
     return data
+
+
+def _check_read(source: Source, size: int, info: os.stat_result) -> None:
+    """A file read whole: it changed if its size or mtime did, it lies if it held other than its size."""
+    if info.st_size != source.size or info.st_mtime_ns != source.mtime_ns:
+        raise _changed(source, "size or mtime")
+    if size != source.size:
+        raise _size_lies(source.path, source.size)
 
 
 def _hash_of(source: Source) -> str:
@@ -254,13 +328,15 @@ def _hash_of(source: Source) -> str:
 
 def _chunks(source: Source) -> Iterator[bytes]:
     size = 0
-    with open(source.path, "rb") as handle:
-        while chunk := handle.read(CHUNK_BYTES):
-            size += len(chunk)
-            yield chunk
-        stat = os.fstat(handle.fileno())
-    if size != source.size or stat.st_size != source.size or stat.st_mtime_ns != source.mtime_ns:
-        raise _changed(source, "size or mtime")
+    try:
+        with _open(source) as handle:
+            while size <= source.size and (chunk := handle.read(CHUNK_BYTES)):  # past its size: it grew, or lies
+                size += len(chunk)
+                yield chunk
+            info = os.fstat(handle.fileno())
+    except OSError as exc:
+        raise _unreadable(source.path, exc) from None
+    _check_read(source, size, info)
 
 
 def _verified_chunks(source: Source, expected_hash: str) -> Iterator[bytes]:

@@ -105,6 +105,8 @@ def push_on_spark(
         seen: dict[str, dict] = {}
         failed: list[str] = []
         first = 0
+        # Stored at once, two chunks' copies of the same bytes: whichever stored them, this push did.
+        result.stored_here = {o["record"]["id"] for o in outcomes if o.get("duplicate") is False}
         for txn, chunk in zip(txns, chunks, strict=True):
             mine = outcomes[first : first + len(chunk)]
             first += len(chunk)
