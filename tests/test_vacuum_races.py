@@ -409,7 +409,7 @@ def test_soak_writers_and_a_vacuum_loop_lose_nothing_acknowledged(tmp_path):
     ``vacuum --retention 0s --force --apply`` runs in a loop too. Afterwards every pushed file fetches
     byte for byte, every record a STATE covered replays and is in the projected table, and verify is clean."""
     seed = int(os.environ.get("SOAK_SEED", time.time_ns() % 1_000_000))
-    seconds = float(os.environ.get("SOAK_SECONDS", "120"))
+    seconds = float(os.environ.get("SOAK_SECONDS", "90"))
     print(f"soak seed {seed}, {seconds:.0f}s (SOAK_SEED, SOAK_SECONDS to repeat)")
     rng = __import__("random").Random(seed)
     lake = local_lake_at(tmp_path)

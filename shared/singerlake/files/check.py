@@ -99,8 +99,9 @@ def _verify_what(storage: Storage, state: WhatState, check_hashes: bool) -> list
     for key, info in state.listing.items():
         if key.startswith(f"{layout.FILES}/data/") and key not in keys:
             problems.append(Problem("orphan", key, f"bytes of a push that never committed, written {iso_ms(int(info.mtime * 1000))}"))
+    ended = state.ended()
     for txn, key in state.leases().items():
-        if txn not in state.ended() and looks_stale(read_lock(storage, key), now_ms()):
+        if txn not in ended and looks_stale(read_lock(storage, key), now_ms()):
             problems.append(Problem("stale_lock", key, f"lease of push {txn}, which died before its commit (vacuum aborts it)"))
     if check_hashes:
         present = [r for r in state.records.values() if r["key"] in state.listing]
@@ -177,7 +178,8 @@ def _vacuum_what(storage: Storage, what: str, cutoff_ms: int, apply: bool, recor
             return []
     try:
         state = _settled_state(storage, what, apply)
-        live = [txn for txn in state.leases() if txn not in state.ended()]
+        ended = state.ended()
+        live = [txn for txn in state.leases() if txn not in ended]
         if live:
             notes.append(f"files/index/{what}: a push is under way (txn {live[0]}); left for a later pass")
             return []
@@ -200,8 +202,8 @@ def _vacuum_what(storage: Storage, what: str, cutoff_ms: int, apply: bool, recor
 def _settled_state(storage: Storage, what: str, apply: bool) -> WhatState:
     """The what's state once the txns of stale leases are aborted (with ``apply``; else as if they were)."""
     state = read_what(storage, what)
-    now = now_ms()
-    stale = [txn for txn, key in state.leases().items() if txn not in state.ended() and looks_stale(read_lock(storage, key), now)]
+    now, ended = now_ms(), state.ended()
+    stale = [txn for txn, key in state.leases().items() if txn not in ended and looks_stale(read_lock(storage, key), now)]
     if not stale:
         return state
     if not apply:
@@ -226,9 +228,8 @@ def _leftovers(storage: Storage, state: WhatState, cutoff_ms: int) -> list[Found
         elif key in leases and key.rsplit("/", 1)[1] in ended:
             chosen.append((key, f"lease of a push that ended, written {iso_ms(written)}", info.size))
     for prefix in (f"{layout.index_dir(state.what)}/", f"{layout.FILES}/data/{state.what}/"):
-        for info in storage.leftovers(prefix):
-            if info.mtime * 1000 <= cutoff_ms:
-                chosen.append((info.key, f"partial write left by a crash at {iso_ms(int(info.mtime * 1000))}", info.size))
+        for info in storage.stale_leftovers(prefix, cutoff_ms):
+            chosen.append((info.key, f"partial write left by a crash at {iso_ms(int(info.mtime * 1000))}", info.size))
     return chosen
 
 
@@ -236,9 +237,8 @@ def _uncommitted_records(storage: Storage, cutoff_ms: int) -> dict[str | None, l
     """Record files of ids no push committed, older than the cutoff, by the what each names (None:
     unreadable), with partial writes of records; each what's pass checks them again under its lock."""
     found: dict[str | None, list[Found]] = {}
-    for info in storage.leftovers(f"{layout.FILES}/ids/"):
-        if info.mtime * 1000 <= cutoff_ms:
-            found.setdefault(None, []).append((info.key, f"partial write left by a crash at {iso_ms(int(info.mtime * 1000))}", info.size))
+    for info in storage.stale_leftovers(f"{layout.FILES}/ids/", cutoff_ms):
+        found.setdefault(None, []).append((info.key, f"partial write left by a crash at {iso_ms(int(info.mtime * 1000))}", info.size))
     listed = [info for info in storage.list(f"{layout.FILES}/ids/") if info.mtime * 1000 <= cutoff_ms]
     committed = {fid for state in states(storage) for fid in state.records} if listed else set()
     for info in listed:

@@ -4,15 +4,17 @@ Three kinds qualify: temp files of writes a crash interrupted (local storage); o
 storage, in no manifest: a crashed or failed writer's files, parts of a lost seal), aged by their
 storage time; and files compaction replaced, i.e. listed by a part superseded longer ago than the
 retention and by nothing more recent (then that part too), so readers holding an older root keep
-working for the retention period (SPEC.md §12). A file the current manifest
-references is never deleted: the manifest is read again right before deleting. Dry-run unless
-``apply``.
+working for the retention period (SPEC.md §12). Dry-run unless ``apply``.
 
-Pushed files (SPEC.md §14): bytes, records and index pointers of pushes that never committed.
+What a writer may still commit is never deleted, whatever the retention (SPEC.md §15): a stream's
+orphans go only after a swap of its root that raises the horizon ``vacuumed`` over them, so no
+commit can name them any more; a table's files only after a fence commit, so no project run that
+planned before can commit; pushed files' leftovers (``files.check``) only under the what's vacuum
+lock, once no push holds a live lease on it.
 
-Projections (SPEC.md §12): delta-rs's own vacuum deletes the table's files removed more than the
-retention ago (and files no version references); staging parts and CSV twins the latest commit
-does not reference go once older than the retention.
+Projections (SPEC.md §12): the files delta-rs's vacuum finds (a dry run) that no retained Iceberg
+snapshot lists; staging parts and CSV twins the latest commit does not reference, once older than
+the retention.
 """
 
 from __future__ import annotations
@@ -92,9 +94,8 @@ def vacuum_stream(lake: Lake, paths: StreamPaths, retention_s: float, apply: boo
             elif written <= cutoff:
                 chosen.append(Deletion(path, f"orphan manifest part written {iso_ms(written)}", info.size))
                 orphans[path] = path.rsplit("/", 1)[1].removesuffix(PART_SUFFIX)
-    for info in lake.storage.leftovers(f"{paths.stream_dir}/"):
-        if info.mtime * 1000 <= cutoff and info.key.rsplit("/", 1)[0] not in live:
-            chosen.append(Deletion(info.key, f"partial write left by a crash at {iso_ms(int(info.mtime * 1000))}", info.size))
+    for info in lake.storage.stale_leftovers(f"{paths.stream_dir}/", cutoff):
+        chosen.append(Deletion(info.key, f"partial write left by a crash at {iso_ms(int(info.mtime * 1000))}", info.size))
     if apply and (chosen or expired):
         chosen = _delete(lake, paths, manifest, chosen, orphans, {g["id"] for g in expired})
     return chosen
@@ -189,6 +190,7 @@ def vacuum_projection(
     """The table's files no retained Delta version nor Iceberg snapshot lists, and staging parts and
     CSV twins the latest state does not name, once older than the retention; deleted only after the
     fence commit (SPEC.md §15). A table whose Iceberg lock is held is left for a later pass."""
+    notes = [] if notes is None else notes
     key = delta.table_key(tap_id, stream)
     if not lake.storage.exists(f"{key}/_delta_log/00000000000000000000.json"):
         return []  # never projected (or only by an older version): nothing to tell current from old
@@ -203,21 +205,18 @@ def vacuum_projection(
             keep = iceberg.retained_files(lake.storage, catalog, tap_id, stream, now - retention_s * 1000, apply)
             return _vacuum_table(lake, tap_id, stream, published, listing, retention_s, apply, now, keep, notes)
     except LockTimeout:
-        _note(notes, f"{key}: an Iceberg commit holds its lock; the table is left for a later vacuum")
+        notes.append(f"{key}: an Iceberg commit holds its lock; the table is left for a later vacuum")
         return []
 
 
-def _vacuum_table(lake, tap_id, stream, published, listing, retention_s, apply, now, keep: set[str], notes) -> list[Deletion]:
+def _vacuum_table(lake, tap_id, stream, published, listing, retention_s, apply, now, keep: set[str], notes: list[str]) -> list[Deletion]:
     key = delta.table_key(tap_id, stream)
     removed = published.table.vacuum(
         retention_hours=math.ceil(retention_s / 3600), dry_run=True, enforce_retention_duration=False, full=True
     )
     reason = "no longer in the Delta table's retained versions"
-    chosen = [
-        Deletion(f"{key}/{path}", reason, listing[f"{key}/{path}"].size if f"{key}/{path}" in listing else 0)
-        for path in removed
-        if iceberg.file_uri(lake.storage, f"{key}/{path}") not in keep
-    ]
+    found = [f"{key}/{path}" for path in removed]
+    chosen = [Deletion(k, reason, listing[k].size if k in listing else 0) for k in found if iceberg.file_uri(lake.storage, k) not in keep]
     parts = published.state["parts"]
     current = {part["staging"] for part in parts} | {part["csv"] for part in parts if "csv" in part}
     cutoff = now - retention_s * 1000
@@ -227,13 +226,8 @@ def _vacuum_table(lake, tap_id, stream, published, listing, retention_s, apply, 
             chosen.append(Deletion(info.key, "staging part or CSV no longer current", info.size))
     if apply and chosen:
         if not delta.fence(published):
-            _note(notes, f"{key}: a project run committed meanwhile; the table is left for a later vacuum")
+            notes.append(f"{key}: a project run committed meanwhile; the table is left for a later vacuum")
             return []
         for deletion in chosen:
             lake.storage.delete(deletion.path)
     return chosen
-
-
-def _note(notes: list[str] | None, text: str) -> None:
-    if notes is not None:
-        notes.append(text)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
 from singerlake.errors import SingerlakeError, UnsafeName
+
+LEFTOVER_AGE_S = 3600  # a temp file younger than this may be a write under way
 
 
 class StorageError(SingerlakeError):
@@ -125,6 +128,12 @@ class Storage(ABC):
     def leftovers(self, prefix: str) -> Iterator[ObjectInfo]:
         """Partial writes a crash left behind (never visible under a real key); none where writes are atomic."""
         return iter(())
+
+    def stale_leftovers(self, prefix: str, cutoff_ms: float) -> list[ObjectInfo]:
+        """The leftovers written before ``cutoff_ms`` and at least LEFTOVER_AGE_S ago, however early the
+        cutoff: a write under way holds its temp file until it is done, so a younger one may be live."""
+        before = min(cutoff_ms, (time.time() - LEFTOVER_AGE_S) * 1000)
+        return [info for info in self.leftovers(prefix) if info.mtime * 1000 <= before]
 
     def open_options(self) -> dict[str, str]:
         """The options ``open_storage(url, **options)`` needs to open this root again (elsewhere)."""
