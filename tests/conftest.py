@@ -109,6 +109,14 @@ def lake(request, tmp_path) -> LakeUnderTest:
     return s3_lake_at(_s3_root_on(request))
 
 
+@pytest.fixture(params=["local", "seaweedfs"])
+def cli_lake(request, tmp_path) -> LakeUnderTest:
+    """A lake on local disk and one on SeaweedFS: for tests of real processes, too slow to run on every backend."""
+    if request.param == "local":
+        return local_lake_at(tmp_path)
+    return s3_lake_at(_new_bucket(request, request.getfixturevalue("seaweedfs_server")))
+
+
 @pytest.fixture
 def local_lake(tmp_path) -> LakeUnderTest:
     return local_lake_at(tmp_path)
