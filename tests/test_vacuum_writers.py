@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from lakes import TAP, local_lake_at
 from writers import (
-    BATCH_ROWS,
     HANG_S,
     PUSH_ARGS,
     RECORDS,
@@ -34,13 +33,19 @@ from writers import (
 )
 
 
-@pytest.mark.heavy
-def test_a_landing_held_before_its_commit_with_its_lock_live_loses_nothing(cli_lake, tmp_path):
-    lake = cli_lake
+def held_landing(lake, tmp_path: Path) -> tuple[Held, set[str]]:
+    """target-singerlake held after its first batch's data files are written, before their commit; and those files."""
     target = Held(target_command(lake, tmp_path), "land-before-commit", cli_env(lake), stdin=landing_input())
     target.wait_paused()
     uncommitted = set(lake.data_keys())
     assert uncommitted, "the batch's data files are written before the pause"
+    return target, uncommitted
+
+
+@pytest.mark.heavy
+def test_a_landing_held_before_its_commit_with_its_lock_live_loses_nothing(cli_lake, tmp_path):
+    lake = cli_lake
+    target, uncommitted = held_landing(lake, tmp_path)
     vacuum_now(lake)
     assert set(lake.data_keys()) == uncommitted, "a live writer's files are left for a later pass"
     done = target.release()
@@ -52,9 +57,7 @@ def test_a_landing_held_before_its_commit_with_its_lock_live_loses_nothing(cli_l
 @pytest.mark.heavy
 def test_a_landing_whose_lock_went_stale_fails_without_acknowledging_what_vacuum_took(cli_lake, tmp_path):
     lake = cli_lake
-    target = Held(target_command(lake, tmp_path), "land-before-commit", cli_env(lake), stdin=landing_input())
-    target.wait_paused()
-    uncommitted = set(lake.data_keys())
+    target, uncommitted = held_landing(lake, tmp_path)
     [lock] = lake.locks()
     make_stale(lake, lock)  # the target stalled past its lease
     vacuum_now(lake)
@@ -73,8 +76,7 @@ def test_a_landing_whose_lock_went_stale_fails_without_acknowledging_what_vacuum
 @pytest.mark.heavy
 def test_compaction_and_projection_held_before_their_commits_fail_or_keep_their_files(tmp_path):
     lake = local_lake_at(tmp_path)
-    for first in range(1, RECORDS, BATCH_ROWS):  # three landings: three files to merge
-        land(lake, tmp_path, landing_input(first, first + BATCH_ROWS - 1))
+    land(lake, tmp_path, landing_input())  # three batches of BATCH_ROWS: three files to merge
     compact = Held(singerlake(lake, "compact", "--spark-master", "local[2]"), "compact-before-swap", cli_env(lake))
     compact.wait_paused()
     vacuum_now(lake)  # deletes the merged file, an orphan until the swap, and raises the horizon
@@ -105,7 +107,7 @@ def test_soak_writers_and_a_vacuum_loop_lose_nothing_acknowledged(tmp_path):
     ``vacuum --retention 0s --force --apply`` runs in a loop too. Afterwards every pushed file fetches
     byte for byte, every record a STATE covered replays and is in the projected table, and verify is clean."""
     seed = int(os.environ.get("SOAK_SEED", time.time_ns() % 1_000_000))
-    seconds = float(os.environ.get("SOAK_SECONDS", "60"))
+    seconds = float(os.environ.get("SOAK_SECONDS", "45"))
     print(f"soak seed {seed}, {seconds:.0f}s (SOAK_SEED, SOAK_SECONDS to repeat)")
     rng = random.Random(seed)
     lake = local_lake_at(tmp_path)
