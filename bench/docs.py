@@ -23,7 +23,7 @@ from pathlib import Path
 from gen_streams import KIND_NAMES, KINDS, STAMP
 from measure import measure
 from singerlake import Lake, SchemaWriter
-from singerlake.jobs.site import page_name
+from singerlake.site.pages import page_name
 from singerlake.storage import LocalStorage
 from singerlake.times import now_ms
 

@@ -26,7 +26,8 @@ from singerlake.format.needs import entry_fields, properties_of, stored_needs
 from singerlake.jobs.compact import compact_stream
 from singerlake.jobs.repair import repair
 from singerlake.jobs.upgrade import upgrade
-from singerlake.replay.datasource import columns, file_needs, plan_files, planned_needs, register
+from singerlake.replay.plan import columns, file_needs, plan_files, planned_needs
+from singerlake.sources import register
 from singerlake.spark.session import spark_session
 
 STREAM = "things"
@@ -201,7 +202,7 @@ def test_compaction_keeps_the_statistics(tmp_path, spark):
 # collects the stream again, and the test changes the lake in between.
 CLUSTER_SCRIPT = """
 import json, sys
-from singerlake.replay.datasource import register
+from singerlake.sources import register
 from singerlake.spark.session import spark_session
 
 root, log = sys.argv[1], sys.argv[2]

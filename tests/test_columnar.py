@@ -1,7 +1,7 @@
 """The columnar projection path (#23) gives exactly what ``exact`` gives, value by value.
 
 Arrow's JSON reader types records in bulk (``format/columnar``) and the projection reads a data file's
-staging rows in bulk (``jobs/staging.bulk_staging_rows``); both fall back to the exact Python path when
+staging rows in bulk (``tables/staging.bulk_staging_rows``); both fall back to the exact Python path when
 they cannot read a value exactly. These tests generate records of every kind, spelled every way JSON
 allows (numbers beyond 64 bits, decimals with exponents and trailing zeros, escaped strings, times
 with and without offsets, dates that are no dates, values of the wrong kind), and assert that
@@ -24,10 +24,11 @@ from lakes import TAP, joined, land, local_lake_at, ms, record_msg, schema_msg
 from singerlake.format.columnar import in_one_strict_form, one_per_line, parse_times, read_lines, typed_texts
 from singerlake.format.exact import decode, join_all, parse_date, parse_timestamp, records_needs, typed_table
 from singerlake.format.messages import cut_record_lines, decode_record_parts
-from singerlake.jobs.project import plan_stream, project
-from singerlake.jobs.staging import bulk_staging_rows, file_staging_rows, key_text, key_texts, record_times, staging_schema
 from singerlake.lake import Lake
 from singerlake.spark.session import spark_session
+from singerlake.tables.plan import plan_stream
+from singerlake.tables.project import project
+from singerlake.tables.staging import bulk_staging_rows, file_staging_rows, key_text, key_texts, record_times, staging_schema
 from singerlake.times import parse_time_ms
 
 PROPERTIES = {

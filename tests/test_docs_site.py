@@ -23,7 +23,7 @@ from singerlake import Lake, SchemaWriter
 from singerlake.commits.lock import Lock
 from singerlake.format.layout import StreamPaths
 from singerlake.format.schema_hash import schema_hash
-from singerlake.jobs.site import page_name, per_day
+from singerlake.site.pages import page_name, per_day
 from singerlake.storage import LocalStorage, S3Storage
 
 CLI = [sys.executable, "-m", "singerlake.cli"]
@@ -384,7 +384,7 @@ def what_page_parts(page: str) -> dict:
 
 
 def test_files_per_day_counts_a_file_in_each_day_it_spans_once_per_bar():
-    from singerlake.jobs.site import files_per_day
+    from singerlake.site.pages import files_per_day
 
     night = {"start": 10 * DAY + 23 * 3_600_000, "end": 11 * DAY + 3_600_000}  # 23:00 on day 10 to 01:00 on day 11
     instant = {"start": 12 * DAY + 5, "end": None}
@@ -396,7 +396,7 @@ def test_files_per_day_counts_a_file_in_each_day_it_spans_once_per_bar():
 
 
 def test_a_what_page_lists_its_wheres_charts_files_per_day_and_shows_the_newest_first(tmp_path, monkeypatch):
-    from singerlake.jobs import site as site_module
+    from singerlake.site import pages as site_module
 
     lake = Lake(LocalStorage(tmp_path / "lake"))
     land_core(lake, PLAIN_TAP, "users", V1, [0])

@@ -28,9 +28,9 @@ from cli_session import CliSession
 from conftest import BACKENDS, S3_SERVERS, _new_bucket
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from singerlake.files import push as push_module
+from singerlake.files import store as store_module
 from singerlake.files.fetch import copy_verified
-from singerlake.files.push import FileChanged
+from singerlake.files.store import FileChanged
 from singerlake.lake import Lake
 from singerlake.storage import S3Storage, open_storage
 from singerlake.storage import s3 as s3_module
@@ -408,8 +408,8 @@ def test_pushing_the_same_bytes_again_stores_nothing(root, tmp_path):
 def small_parts(monkeypatch):
     """Parts of 5 MiB (S3's least but the last) and files over 1 MiB streamed, so a 12 MiB file takes three parts."""
     monkeypatch.setattr(s3_module, "PART_BYTES", 5 << 20)
-    monkeypatch.setattr(push_module, "SMALL_BYTES", 1 << 20)
-    monkeypatch.setattr(push_module, "CHUNK_BYTES", 256 << 10)
+    monkeypatch.setattr(store_module, "SMALL_BYTES", 1 << 20)
+    monkeypatch.setattr(store_module, "CHUNK_BYTES", 256 << 10)
 
 
 def open_uploads(root: Root) -> list:
@@ -444,14 +444,14 @@ def test_a_large_file_streams_in_parts_and_comes_back_whole(root, tmp_path, smal
 
 def change_after_hashing(monkeypatch, how):
     """Change the file between the first reading (its hash) and the upload."""
-    original = push_module._hash_of
+    original = store_module._hash_of
 
     def hash_then_change(source):
         digest = original(source)
         how(source.path)
         return digest
 
-    monkeypatch.setattr(push_module, "_hash_of", hash_then_change)
+    monkeypatch.setattr(store_module, "_hash_of", hash_then_change)
 
 
 def flip_a_byte_keeping_size_and_mtime(path: Path) -> None:

@@ -17,9 +17,9 @@ from lakes import local_lake_at, s3_lake_at
 from s3_servers import S3_KEYS
 from singerlake.files import push as push_module
 from singerlake.files import spark_push
-from singerlake.files.push import Source
+from singerlake.files.store import Source
 from singerlake.lake import Lake
-from singerlake.replay.datasource import register
+from singerlake.sources import register
 from singerlake.spark.session import spark_session
 from singerlake.storage import S3Storage, open_storage
 from singerlake.times import parse_time_ms

@@ -14,11 +14,11 @@ from cli_session import CliSession
 from conftest import _new_bucket
 from deltalake import DeltaTable
 from lakes import TAP, LakeUnderTest, duckdb_for, s3_lake_at
-from singerlake.jobs import delta
-from singerlake.jobs.delta import storage_options, table_key
-from singerlake.jobs.iceberg import DELTA_VERSION, fileio_properties, identifier, open_catalog, snapshot_files, sync
-from singerlake.jobs.project import project
 from singerlake.jobs.vacuum import vacuum
+from singerlake.tables import delta
+from singerlake.tables.delta import storage_options, table_key
+from singerlake.tables.iceberg import DELTA_VERSION, fileio_properties, identifier, open_catalog, snapshot_files, sync
+from singerlake.tables.project import project
 from test_lake_jobs import LakeCli, cli_env, open_lake, run_cli, spark  # noqa: F401  (spark: the module's session fixture)
 from test_project import FIRST, STREAM, by_id, check_exact, land_records, uri
 

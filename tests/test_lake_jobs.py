@@ -32,13 +32,13 @@ from singerlake.format.manifest import Manifest
 from singerlake.format.positions import BadBookmark
 from singerlake.format.schema_hash import schema_hash
 from singerlake.jobs.compact import compact, compact_stream
-from singerlake.jobs.project import project
 from singerlake.jobs.repair import repair
 from singerlake.jobs.vacuum import vacuum
 from singerlake.jobs.verify import verify
-from singerlake.replay.datasource import register
+from singerlake.sources import register
 from singerlake.spark.session import spark_session
 from singerlake.storage import S3Storage
+from singerlake.tables.project import project
 from singerlake.times import iso_ms, now_ms
 from tap_singerlake.tap import TapSingerlake
 from test_tap import last_state, of_type, replay, sample_input
@@ -374,7 +374,7 @@ def test_data_source_reads_a_stream_typed_with_positions(lake, spark):
 def published_table(lake: LakeUnderTest, stream: str, version: int | None = None):
     """The stream's Delta table, read by delta-rs (not by this project's code)."""
     from deltalake import DeltaTable
-    from singerlake.jobs.delta import storage_options, table_key, table_uri
+    from singerlake.tables.delta import storage_options, table_key, table_uri
 
     uri = table_uri(lake.storage, table_key(TAP, stream))
     return DeltaTable(uri, version=version, storage_options=storage_options(lake.storage)).to_pyarrow_table()
@@ -386,7 +386,7 @@ def published_rows(lake: LakeUnderTest, stream: str) -> list[dict]:
 
 def staging_rows(lake: LakeUnderTest, stream: str) -> list[dict]:
     """The current staging parts' rows, as the table's latest commit lists them."""
-    from singerlake.jobs.delta import latest, table_key
+    from singerlake.tables.delta import latest, table_key
 
     parts = latest(lake.storage, table_key(TAP, stream)).state["parts"]
     return [row for part in parts for row in pq.read_table(io.BytesIO(lake.read(part["staging"]))).to_pylist()]
@@ -452,10 +452,10 @@ def profile_records(seed: int, count: int) -> list[bytes]:
 def test_project_gives_the_same_rows_on_the_bucket_path_as_on_the_one_job_path(tmp_path, spark, monkeypatch, exchange):
     """Large streams are kept in buckets of keys by a job each, small ones by one job of pyarrow work items: same rows.
     The bucket path's blocks go through files on this machine, through Spark's shuffle on a cluster (as if here)."""
-    import singerlake.jobs.project
+    import singerlake.tables.buckets
 
     if exchange == "shuffle":
-        monkeypatch.setattr(singerlake.jobs.project, "runs_elsewhere", lambda session: True)
+        monkeypatch.setattr(singerlake.tables.buckets, "runs_elsewhere", lambda session: True)
     temp = tmp_path / "temp"
     temp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where the block files go
@@ -598,11 +598,11 @@ def test_jobs_run_on_a_local_cluster(local_lake, cli_session):
 
 
 def test_progress_reports_files_and_bytes_when_shown(local_lake, spark, capsys):
-    from singerlake.jobs.runner import Progress
+    from singerlake.cli.output import JobProgress
 
     land(local_lake.config, sample_input(), batch_max_rows=10)
     files = [f for stream in ("users", "public.orders") for f in local_lake.manifest(stream)["files"]]
-    assert verify(open_lake(local_lake), spark, progress=Progress("verify", enabled=True)) == []
+    assert verify(open_lake(local_lake), spark, progress=JobProgress("verify")) == []
     shown = capsys.readouterr().err
     total_mib = sum(f["size"] for f in files) / (1 << 20)
     assert f"verify: files {len(files)}/{len(files)}, bytes {total_mib:,.1f}/{total_mib:,.1f} MiB" in shown

@@ -18,9 +18,9 @@ import pytest
 from children import open_spec, run_together, spawn
 from singerlake.commits.commit import CommitRejected
 from singerlake.commits.lock import Lock, LockLost, LockTimeout, read_lock
-from singerlake.commits.writer import SchemaWriter
 from singerlake.format.layout import StreamPaths
 from singerlake.lake import Lake
+from singerlake.landing.writer import SchemaWriter
 from singerlake.times import now_ms
 
 TAP = "tap-locktest"

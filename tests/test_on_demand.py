@@ -17,9 +17,9 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from lakes import TAP, joined, land, local_lake_at, record_msg, schema_msg
 from singerlake import Lake
-from singerlake.jobs.project import project
-from singerlake.jobs.runner import run_items
+from singerlake.spark.runner import run_items
 from singerlake.spark.session import OnDemand
+from singerlake.tables.project import project
 from test_lake_jobs import spark  # noqa: F401  (the module's session fixture)
 
 SCHEMA = {

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 from singerlake.format.exact import decode, json_text, parse_timestamp
-from singerlake.jobs.delta import table_key, table_uri
 from singerlake.storage import LocalStorage
+from singerlake.tables.delta import table_key, table_uri
 from test_project import back_to_json, same
 
 BIN = Path(sys.executable).parent

@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lakes import TAP, LakeUnderTest, duckdb_for, joined, land, local_lake_at, record_msg, schema_msg
 from singerlake.format.exact import decode, join_all, json_text, need_of, records_needs
-from singerlake.jobs import blocks, delta
-from singerlake.jobs.blocks import bucket_of
-from singerlake.jobs.delta import storage_options, table_key, table_uri
-from singerlake.jobs.project import project
 from singerlake.jobs.vacuum import vacuum
+from singerlake.tables import blocks, delta
+from singerlake.tables.blocks import bucket_of
+from singerlake.tables.delta import storage_options, table_key, table_uri
+from singerlake.tables.project import project
 from test_lake_jobs import LakeCli, cli_session, open_lake, shared_cli, spark  # noqa: F401  (the module's Spark and CliSession fixtures)
 
 STREAM = "public.tricky"

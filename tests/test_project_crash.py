@@ -17,8 +17,8 @@ from children import _BOOT
 from deltalake import DeltaTable
 from lakes import TAP, joined, land, local_lake_at, record_msg, schema_msg
 from singerlake import Lake
-from singerlake.jobs import delta
 from singerlake.storage import LocalStorage
+from singerlake.tables import delta
 from test_target_crash import kill_tree
 
 pytestmark = pytest.mark.heavy  # each run starts Spark in its own process, killed with its workers
@@ -45,8 +45,8 @@ def records(stream: str, keys: range, note: str) -> list[bytes]:
 def projector() -> None:
     """Run in a separate process: start Spark, say "ready", then one projection run for each lake root read
     from stdin, saying "done" after each."""
-    from singerlake.jobs.project import project
     from singerlake.spark.session import spark_session
+    from singerlake.tables.project import project
 
     spark = spark_session("local[2]", "singerlake-kill")
     print("ready", flush=True)

@@ -11,10 +11,10 @@ import pytest
 from deltalake import DeltaTable
 from lakes import TAP, LakeUnderTest, joined, land, schema_msg
 from singerlake.format.exact import json_text
-from singerlake.jobs import delta
-from singerlake.jobs.blocks import bucket_of
-from singerlake.jobs.delta import table_key, table_uri
-from singerlake.jobs.project import project
+from singerlake.tables import delta
+from singerlake.tables.blocks import bucket_of
+from singerlake.tables.delta import table_key, table_uri
+from singerlake.tables.project import project
 from test_lake_jobs import open_lake, run_cli, spark  # noqa: F401  (spark: the module's session fixture)
 
 STREAM = "public.users"

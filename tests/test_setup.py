@@ -156,7 +156,7 @@ def test_the_core_wheel_holds_every_module_and_its_package_data(tmp_path):
     package = REPO / "shared" / "singerlake"
     wanted = {str(p.relative_to(package.parent)) for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
     assert wanted - names == set()
-    assert "singerlake/jobs/templates/stream.html" in names and "singerlake/spark/log4j2.properties" in names
+    assert "singerlake/site/templates/stream.html" in names and "singerlake/spark/log4j2.properties" in names
     assert any(name.endswith("entry_points.txt") for name in names)
     entry_points = next(zipfile.ZipFile(wheel).read(n).decode() for n in names if n.endswith("entry_points.txt"))
     assert "singerlake = singerlake.cli.main:main" in entry_points

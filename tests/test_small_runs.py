@@ -65,7 +65,7 @@ import sys
 import pyarrow as pa
 from singerlake import Lake, open_storage
 from singerlake.format.datafile import gzip_member
-from singerlake.jobs.runner import _run_partition
+from singerlake.spark.runner import _run_partition
 from singerlake.landing.spark_write import FileJob, write_partition
 
 lake = Lake(open_storage(sys.argv[1]))

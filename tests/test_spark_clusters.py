@@ -220,7 +220,7 @@ def expected_records(small_input) -> dict[str, list[dict]]:
 
 DATASOURCE_SCRIPT = """
 import json, sys
-from singerlake.replay.datasource import register
+from singerlake.sources import register
 from singerlake.spark.session import spark_session
 lake, where, streams = json.loads(sys.argv[1])
 spark = spark_session(master=where.get("spark_master"), remote=where.get("spark_remote"), conf=where.get("spark_conf"))

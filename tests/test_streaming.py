@@ -11,7 +11,7 @@ from lakes import TAP, LakeUnderTest, joined, land, local_lake_at, record_msg, s
 from singerlake import Lake
 from singerlake.jobs.compact import compact_stream
 from singerlake.jobs.repair import repair
-from singerlake.replay.datasource import register
+from singerlake.sources import register
 from singerlake.spark.session import spark_session
 
 STREAM = "events"

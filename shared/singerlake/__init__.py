@@ -25,22 +25,22 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from singerlake.commits.writer import SchemaWriter
 from singerlake.errors import ConfigError, SingerlakeError
 from singerlake.format.manifest import SPEC_VERSION, Manifest
 from singerlake.format.schema_hash import schema_hash
 from singerlake.lake import Lake, LakeNotFound, UnknownTap
+from singerlake.landing.writer import SchemaWriter
 from singerlake.storage import Storage, open_storage
 
 __version__ = "0.1.0"
 
 _LAZY = {
     "spark_session": "singerlake.spark.session",
-    "register_datasource": ("singerlake.replay.datasource", "register"),
+    "register_datasource": ("singerlake.sources", "register"),
     "verify": "singerlake.jobs.verify",
     "repair": "singerlake.jobs.repair",
     "compact": "singerlake.jobs.compact",
-    "project": "singerlake.jobs.project",
+    "project": "singerlake.tables.project",
     "vacuum": "singerlake.jobs.vacuum",
     "upgrade": "singerlake.jobs.upgrade",
 }

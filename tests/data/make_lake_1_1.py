@@ -9,7 +9,7 @@ from pathlib import Path
 from singerlake.jobs.compact import merge_group, merged_runs, plan_groups, swap_in
 from singerlake.lake import Lake
 from singerlake.format.manifest import SPEC_VERSION
-from singerlake.commits.writer import SchemaWriter
+from singerlake.landing.writer import SchemaWriter
 
 assert SPEC_VERSION.startswith("1."), SPEC_VERSION
 out = Path(sys.argv[1])

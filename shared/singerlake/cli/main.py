@@ -24,7 +24,18 @@ import sys
 import time
 
 import singerlake
-from singerlake.cli.output import as_csv, as_json, as_table, emit, fetched_text, finish, printable, report_fetched
+from singerlake.cli.output import (
+    JobProgress,
+    as_csv,
+    as_json,
+    as_table,
+    emit,
+    fetched_text,
+    finish,
+    printable,
+    push_progress,
+    report_fetched,
+)
 from singerlake.errors import ConfigError, run_command
 from singerlake.jobs.describe import describe_lake, describe_text, stream_locks
 from singerlake.lake import Lake
@@ -85,9 +96,8 @@ def check_lake_reachable(args: argparse.Namespace, lake: Lake) -> None:
 
 
 def progress(args: argparse.Namespace, label: str):
-    from singerlake.jobs.runner import Progress
-
-    return Progress(label, enabled=False if args.json else None)
+    """A job's progress line on a terminal; none with ``--json`` or when stderr is not a terminal."""
+    return None if args.json or not sys.stderr.isatty() else JobProgress(label)
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -155,8 +165,8 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
 def cmd_project(args: argparse.Namespace) -> int:
     check_spark_installed(args)  # first: the projection imports Spark's types, though a small run may not start it
-    from singerlake.jobs.project import check_formats, project
     from singerlake.spark.session import OnDemand
+    from singerlake.tables.project import check_formats, project
 
     lake = open_lake(args)
     failures: list = []
@@ -193,7 +203,7 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from singerlake.jobs.sql import SqlSession, chosen_tap, run_query
+    from singerlake.tables.sql import SqlSession, chosen_tap, run_query
 
     lake = open_lake(args)
     if args.query is not None:
@@ -240,7 +250,7 @@ def cmd_locks(args: argparse.Namespace) -> int:
 
 
 def cmd_docs(args: argparse.Namespace) -> int:
-    from singerlake.jobs.site import SITE_PREFIX, VerifyResult, build_site, write_site
+    from singerlake.site.pages import SITE_PREFIX, VerifyResult, build_site, write_site
     from singerlake.storage import open_storage
 
     if not args.out and not args.publish:
@@ -292,17 +302,6 @@ def cmd_push(args: argparse.Namespace) -> int:
     lines.append(f"{len(result.pushed)} file(s) pushed, {len(result.duplicates)} already in the lake")
     emit(args, result.to_dict(), "\n".join(lines))
     return 0
-
-
-def push_progress():
-    """``singerlake push: 1,200/100,000 files`` on stderr: rewritten in place on a terminal, a line each otherwise."""
-    tty = sys.stderr.isatty()
-
-    def show(done: int, total: int) -> None:
-        start, end = ("\r", "\n" if done == total else "") if tty else ("", "\n")
-        print(f"{start}singerlake push: {done:,}/{total:,} files", end=end, file=sys.stderr, flush=True)
-
-    return show
 
 
 def start_push_spark(args: argparse.Namespace, lake: Lake):

@@ -98,3 +98,29 @@ def as_table(columns: list[str], rows: list[tuple]) -> str:
     line = lambda values: " | ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()  # noqa: E731
     footer = f"({len(rows)} row{'s' if len(rows) != 1 else ''})"
     return "\n".join([line(columns), "-+-".join("-" * w for w in widths), *map(line, texts), footer])
+
+
+class JobProgress:
+    """``verify: files 120/4,000, bytes 12.0/400.0 MiB`` on stderr, rewritten in place (a job's ``progress``)."""
+
+    def __init__(self, label: str):
+        self.label = label
+
+    def __call__(self, files: int, total_files: int, done_bytes: int, total_bytes: int) -> None:
+        mib = 1 << 20
+        end = "\n" if files == total_files else ""
+        sys.stderr.write(
+            f"\r{self.label}: files {files:,}/{total_files:,}, bytes {done_bytes / mib:,.1f}/{total_bytes / mib:,.1f} MiB {end}"
+        )
+        sys.stderr.flush()
+
+
+def push_progress():
+    """``singerlake push: 1,200/100,000 files`` on stderr: rewritten in place on a terminal, a line each otherwise."""
+    tty = sys.stderr.isatty()
+
+    def show(done: int, total: int) -> None:
+        start, end = ("\r", "\n" if done == total else "") if tty else ("", "\n")
+        print(f"{start}singerlake push: {done:,}/{total:,} files", end=end, file=sys.stderr, flush=True)
+
+    return show

@@ -189,7 +189,7 @@ class Shell:
         return True
 
     def describe(self, argument: str) -> bool:
-        from singerlake.jobs.sql import view_name
+        from singerlake.tables.sql import view_name
 
         stream = argument[1:-1].replace("``", "`") if len(argument) > 1 and argument[0] == argument[-1] == "`" else argument
         if stream not in self.session.streams:
@@ -293,6 +293,6 @@ def run_interactive(shell: Shell, banner: str) -> int:
 
 
 def view_name_for(stream: str) -> str:
-    from singerlake.jobs.sql import view_name
+    from singerlake.tables.sql import view_name
 
     return view_name(stream)

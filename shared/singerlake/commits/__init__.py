@@ -1,1 +1,1 @@
-"""Locks with leases (SPEC.md §8) and fenced compare-and-swap commits (§9); SchemaWriter puts them together."""
+"""Locks with leases (SPEC.md §8) and fenced compare-and-swap commits (§9)."""

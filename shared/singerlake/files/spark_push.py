@@ -3,7 +3,7 @@
 The driver gathers the files (path, size, mtime, span) as the threaded push does, cuts them into
 the same chunks of COMMIT_FILES and draws one txn per chunk. One Spark job (``jobs.runner.run_items``:
 one DataFrame row per file, a task per few hundred files, each task storing several at once) runs
-``push.store`` on the executors: read, hash, store the bytes create-only, write the record. Only
+``store.store`` on the executors: read, hash, store the bytes create-only, write the record. Only
 the records come back, as JSON; the driver then commits each chunk whose files were all stored,
 with ``index.commit`` (pointers, then the segment: the commit point), exactly as the threaded push.
 
@@ -24,9 +24,9 @@ from pathlib import Path
 from singerlake.errors import SingerlakeError, one_line
 from singerlake.files import index
 from singerlake.files.lease import push_leases
-from singerlake.files.push import COMMIT_FILES, PushResult, Source, push_chunk, store
-from singerlake.jobs.runner import Progress, run_items
+from singerlake.files.store import COMMIT_FILES, PushResult, Source, push_chunk, store
 from singerlake.spark.executors import default_parallelism
+from singerlake.spark.runner import Progress, run_items
 from singerlake.storage import Storage
 from singerlake.times import new_file_id
 
@@ -39,21 +39,16 @@ class PushFailed(SingerlakeError):
     """Some files could not be stored; the chunks without such a file were committed."""
 
 
-class _Reporter(Progress):
-    """The runner's progress polling, reported to a push's ``progress(done, total)`` when it moves."""
+def _reporter(report: Callable[[int, int], None]) -> Progress:
+    """The runner's progress, passed on to a push's ``progress(done, total)`` when the file count moves."""
+    last = [-1]
 
-    def __init__(self, report: Callable[[int, int], None]):
-        super().__init__("push", enabled=True)
-        self.report = report
-        self.last = -1
+    def show(files: int, total_files: int, done_bytes: int, total_bytes: int) -> None:
+        if files != last[0]:
+            last[0] = files
+            report(files, total_files)
 
-    def show(self, files: int, total_files: int, done_bytes: int, total_bytes: int) -> None:
-        if files != self.last:
-            self.last = files
-            self.report(files, total_files)
-
-    def done(self) -> None:
-        pass
+    return show
 
 
 def files_per_task(files: int, cores: int) -> int:
@@ -61,7 +56,7 @@ def files_per_task(files: int, cores: int) -> int:
 
 
 def store_item(storage: Storage, what: str, where: str, work_id: str | None, item: dict) -> dict:
-    """Executor side: ``push.store`` of one file; its failure (a file that changed, that is not
+    """Executor side: ``store.store`` of one file; its failure (a file that changed, that is not
     there, that cannot be read) is its result, so the other files are still committed."""
     source = Source(Path(item["path"]), item["size"], item["mtime_ns"], item["start"], item["end"])
     try:
@@ -95,7 +90,7 @@ def push_on_spark(
             spark,
             items,
             functools.partial(store_item, storage, what, where, work_id),
-            progress=_Reporter(progress) if progress else None,
+            progress=_reporter(progress) if progress else None,
             sizes=[s.size for s in sources],
             items_per_task=per_task,
             threads=storage.parallel_requests,

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from singerlake.errors import SingerlakeError
 
-if TYPE_CHECKING:
-    from singerlake.format.manifest import Manifest
+
+class Numbered(Protocol):
+    """What a bookmark is checked against: a stream's manifest."""
+
+    stream: str
+    generation: str | None
+    commits: int
 
 
 @dataclass(frozen=True)
@@ -81,17 +86,12 @@ class Position:
         return cls(value["commit"], value["records"], value.get("generation"))
 
 
-def file_runs(manifest: Manifest) -> list[tuple[dict, list[Run]]]:
-    """Each file of the whole stream with the record positions it holds, in replay order."""
-    return entry_runs(manifest.files)
-
-
 def end_of(runs: list[Run], generation: str | None = None) -> Position:
     """The position just after a file's last record."""
     return Position(runs[-1].commit, runs[-1].first + runs[-1].records, generation)
 
 
-def check_bookmark(after: Position | None, manifest: Manifest) -> None:
+def check_bookmark(after: Position | None, manifest: Numbered) -> None:
     """Refuse a bookmark that belongs to another numbering of the stream's commits."""
     stream = manifest.stream
     if after is None:

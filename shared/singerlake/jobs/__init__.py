@@ -1,1 +1,1 @@
-"""The lake jobs (SPEC.md §12): verify, repair, vacuum, compact, upgrade, project, sql, describe, docs."""
+"""The lake jobs (SPEC.md §12) that keep a lake sound: verify, repair, vacuum, compact, upgrade, and describe (`ls`)."""

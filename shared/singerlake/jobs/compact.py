@@ -21,8 +21,10 @@ from singerlake.format.datafile import member_compressor, open_data_file, store
 from singerlake.format.layout import StreamPaths
 from singerlake.format.manifest import Manifest
 from singerlake.format.needs import FileNeeds, properties_of
-from singerlake.format.positions import Run, file_runs
-from singerlake.jobs.runner import (
+from singerlake.format.positions import Run, entry_runs
+from singerlake.lake import Lake
+from singerlake.pause import pause_point
+from singerlake.spark.runner import (
     Failures,
     Progress,
     StreamFailure,
@@ -31,8 +33,6 @@ from singerlake.jobs.runner import (
     run_stream_items,
     selected_streams,
 )
-from singerlake.lake import Lake
-from singerlake.pause import pause_point
 from singerlake.storage import Storage
 from singerlake.times import iso_ms, new_file_id, now_ms
 
@@ -62,7 +62,7 @@ def plan_groups(manifest: Manifest, target_bytes: int) -> list[list[tuple[dict, 
         if len(current) >= 2:
             groups.append(list(current))
 
-    for entry, runs in file_runs(manifest):
+    for entry, runs in entry_runs(manifest.files):
         if current:
             previous_end = current[-1][1][-1].commit
             activation_between = any(previous_end <= k < runs[0].commit for k in activated_after)

@@ -20,11 +20,11 @@ from singerlake.format.layout import PART_DIR, PART_SUFFIX, RAW, ROOT_METADATA, 
 from singerlake.format.manifest import Manifest
 from singerlake.format.metadata import InvalidMetadata
 from singerlake.format.scan import data_file_keys, describe_file, manifest_from_described
-from singerlake.jobs.runner import Failures, Progress, StreamFailure, by_stream, for_each_stream, run_stream_items
-from singerlake.jobs.statistics import add_statistics, missing_items, statistics_on_executor
 from singerlake.jobs.verify import Finding, read_manifest
 from singerlake.lake import Lake
+from singerlake.spark.runner import Failures, Progress, StreamFailure, by_stream, for_each_stream, run_stream_items
 from singerlake.storage import NotFound, Storage
+from singerlake.tables.statistics import add_statistics, missing_items, statistics_on_executor
 from singerlake.times import now_ms
 
 

@@ -21,10 +21,10 @@ from singerlake.format import catalogue as cat
 from singerlake.format.layout import ROOT_METADATA
 from singerlake.format.manifest import MANIFEST_FORMAT_1, SPEC_VERSION, Manifest
 from singerlake.format.parts import PartStore
-from singerlake.jobs.runner import Failures, StreamFailure, by_stream, for_each_stream, run_stream_items
-from singerlake.jobs.statistics import add_statistics, missing_items, statistics_on_executor
 from singerlake.lake import Lake
+from singerlake.spark.runner import Failures, StreamFailure, by_stream, for_each_stream, run_stream_items
 from singerlake.storage import NotFound
+from singerlake.tables.statistics import add_statistics, missing_items, statistics_on_executor
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,10 @@ from singerlake.files.check import vacuum_files
 from singerlake.format.layout import DATA_SUFFIX, LOCK, PART_SUFFIX, DataFileName, StreamPaths
 from singerlake.format.manifest import Manifest
 from singerlake.format.names import encode_segment
-from singerlake.jobs import delta, iceberg
 from singerlake.jobs.verify import is_part_key, read_manifest, stream_listing
 from singerlake.lake import Lake
 from singerlake.storage import ObjectInfo, Storage
+from singerlake.tables import delta, iceberg
 from singerlake.times import iso_ms, now_ms, parse_time_ms
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600

@@ -17,8 +17,8 @@ from singerlake.format.layout import DATA_SUFFIX, LOCK, PART_DIR, PART_SUFFIX, R
 from singerlake.format.manifest import Manifest
 from singerlake.format.metadata import InvalidMetadata, new_digest
 from singerlake.format.parts import PartStore
-from singerlake.jobs.runner import Failures, Progress, StreamFailure, for_each_stream, run_stream_items
 from singerlake.lake import Lake
+from singerlake.spark.runner import Failures, Progress, StreamFailure, for_each_stream, run_stream_items
 from singerlake.storage import NotFound, ObjectInfo, Storage
 from singerlake.times import iso_ms, now_ms
 

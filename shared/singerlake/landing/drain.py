@@ -22,7 +22,6 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from singerlake.commits.writer import SchemaWriter
 from singerlake.errors import SingerlakeError
 from singerlake.format import catalogue as cat
 from singerlake.format.datafile import gzip_member
@@ -31,6 +30,7 @@ from singerlake.format.needs import properties_of
 from singerlake.lake import Lake
 from singerlake.landing.batch import ActivateVersion, Batch, Segment
 from singerlake.landing.spark_write import FileJob, batch_table, write_with_spark
+from singerlake.landing.writer import SchemaWriter
 from singerlake.pause import pause_point
 from singerlake.times import iso_ms
 

@@ -1,1 +1,1 @@
-"""Replay (SPEC.md §11): a stream exactly, in order, from a bookmark (the tap), and the Spark data source."""
+"""Replay (SPEC.md §11): a stream exactly, in order, from a bookmark (the tap), and the planned files read in bulk."""

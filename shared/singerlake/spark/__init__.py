@@ -1,1 +1,1 @@
-"""Spark: starting sessions (local, cluster, Connect), finding Java, and readying the executors."""
+"""Spark: starting sessions (local, cluster, Connect), finding Java, readying the executors, and running work on them."""

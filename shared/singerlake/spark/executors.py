@@ -3,9 +3,9 @@
 A cluster's executors (standalone, k8s, yarn, Spark Connect) run whatever Python the cluster has.
 The pure-Python ``singerlake`` package goes to them with the session (``addPyFile``, or
 ``addArtifacts`` on Connect), so they need only pyspark and the third-party libraries below
-(README, "Running on a cluster"). One small job then imports, on the executors, every module they
-run; a missing library fails the session there, in one line naming what to install, before any
-input is read or any file is written.
+(README, "Running on a cluster"). One small job then imports, on the executors, each of those
+libraries and the shipped package; a missing library fails the session there, in one line naming
+what to install, before any input is read or any file is written.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-import singerlake
 from singerlake.errors import SingerlakeError
 from singerlake.spark.masters import is_local_master
 
@@ -28,14 +27,8 @@ LIBRARIES = {
     "msgspec": "msgspec",
     "isal": "isal",
 }
-CORE_MODULES = (
-    "singerlake.landing.spark_write",
-    "singerlake.jobs.runner",
-    "singerlake.storage.s3",
-    "singerlake.replay.datasource",
-    "singerlake.files.spark_push",
-    "singerlake.files.datasource",
-)
+PACKAGE = Path(__file__).parents[1]  # the installed ``singerlake`` folder
+SHIPPED = __name__  # importing this module on an executor proves the shipped package is there
 
 
 class ExecutorsNotReady(SingerlakeError, RuntimeError):
@@ -44,7 +37,7 @@ class ExecutorsNotReady(SingerlakeError, RuntimeError):
 
 def core_archive() -> Path:
     """A zip of the installed ``singerlake`` package (sources only), built once per version of its files."""
-    package = Path(singerlake.__file__).parent
+    package = PACKAGE
     sources = sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
     digest = hashlib.blake2b(digest_size=8)
     for path in sources:
@@ -86,7 +79,7 @@ def _probe(session) -> list[str]:
     """What the executors lack, one entry per distinct problem (empty when they are ready)."""
     from pyspark.sql import functions as F
 
-    def import_all(_, libraries=LIBRARIES, core=CORE_MODULES):
+    def import_all(_, libraries=LIBRARIES, core=(SHIPPED,)):
         # Runs on an executor, defined here so it travels by value: unpickling it imports nothing.
         # (No type hints: Spark Connect would read them as a pandas UDF's.)
         import importlib

@@ -23,8 +23,8 @@ from typing import Any
 from singerlake.commits.lock import Lock
 from singerlake.errors import ConfigError
 from singerlake.format.layout import LOCK
-from singerlake.jobs import delta
 from singerlake.storage import LocalStorage, Storage
+from singerlake.tables import delta
 
 DELTA_VERSION = "singerlake.delta-version"
 POSITION = "singerlake.position"

@@ -28,7 +28,7 @@ from singerlake.format.exact import Need
 from singerlake.format.manifest import Manifest
 from singerlake.format.positions import BadBookmark, Position, Run, already_replayed, check_bookmark
 from singerlake.lake import Lake
-from singerlake.replay.datasource import file_batches, plan_files
+from singerlake.replay.plan import file_batches, plan_files
 from singerlake.storage import Storage
 
 

@@ -2,7 +2,7 @@
 
 Items (file entries, compaction groups, ...) are plain JSON documents; ``work`` runs on the
 executors (it must be picklable: module-level functions and Storage objects are). While the job
-runs, a thread polls Spark's status tracker and reports files and bytes done on a terminal.
+runs, a thread polls Spark's status tracker and reports items and bytes done to a ``progress`` callback.
 
 Lake jobs plan across streams: the driver plans every selected stream (``for_each_stream``), the
 work items of all streams go to the executors as one Spark job (``run_stream_items``, each item
@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -35,24 +34,9 @@ Result = TypeVar("Result")
 StreamId = tuple[str, str]  # (tap_id, stream)
 
 
-class Progress:
-    """``files 120/4,000, bytes 12.0/400.0 MiB`` on stderr, rewritten in place; silent unless a terminal."""
-
-    def __init__(self, label: str, enabled: bool | None = None):
-        self.label = label
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
-
-    def show(self, files: int, total_files: int, done_bytes: int, total_bytes: int) -> None:
-        if self.enabled:
-            mib = 1 << 20
-            sys.stderr.write(
-                f"\r{self.label}: files {files:,}/{total_files:,}, bytes {done_bytes / mib:,.1f}/{total_bytes / mib:,.1f} MiB "
-            )
-            sys.stderr.flush()
-
-    def done(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
+# Progress, reported as the work moves: (items done, items, bytes done, bytes); the last call has
+# items done == items. The CLI draws it (``cli/output.py``); the runner only measures.
+Progress = Callable[[int, int, int, int], None]
 
 
 def _run_item(work: Callable[[dict], Any], item: str) -> str:
@@ -93,13 +77,12 @@ def run_items(
         batches = _run_partition(work, threads, iter(table.to_batches()))
         results = [result for batch in batches for result in batch.column("result").to_pylist()]
         if progress:
-            progress.show(len(items), len(items), sum(sizes or []), sum(sizes or []))
-            progress.done()
+            progress(len(items), len(items), sum(sizes or []), sum(sizes or []))
         return list(map(json.loads, results))
     spark = session_of(spark)
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(math.ceil(len(items) / tasks)))
     frame = spark.createDataFrame(table).mapInArrow(lambda batches: _run_partition(work, threads, batches), result_schema(**RESULT_COLUMNS))
-    watcher = _Watcher(spark, progress, len(items), sizes or [0] * len(items), tasks) if progress and progress.enabled else None
+    watcher = _Watcher(spark, progress, len(items), sizes or [0] * len(items), tasks) if progress else None
     try:
         rows = frame.collect()
     finally:
@@ -129,7 +112,7 @@ class _Watcher:
 
     def _show(self, done_tasks: int) -> None:
         share = min(1.0, done_tasks / self.tasks)
-        self.progress.show(int(share * self.items), self.items, int(share * self.total_bytes), self.total_bytes)
+        self.progress(int(share * self.items), self.items, int(share * self.total_bytes), self.total_bytes)
 
     def _poll(self) -> None:
         while not self._stop.wait(0.5):
@@ -149,8 +132,7 @@ class _Watcher:
             self._thread.join()
         else:
             self.spark.removeProgressHandler(self._on_connect_progress)
-        self.progress.show(self.items, self.items, self.total_bytes, self.total_bytes)
-        self.progress.done()
+        self.progress(self.items, self.items, self.total_bytes, self.total_bytes)
 
 
 # -- many streams in one job -------------------------------------------------------------------------

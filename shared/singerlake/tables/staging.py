@@ -26,7 +26,7 @@ from singerlake.format.columnar import (
 from singerlake.format.datafile import read_data_file
 from singerlake.format.exact import decode, json_text, table_schema
 from singerlake.format.messages import RecordTexts, cut_record_lines, decode_envelope, decode_record_parts
-from singerlake.replay.datasource import planned_lines
+from singerlake.replay.plan import planned_lines
 from singerlake.storage import Storage
 from singerlake.times import parse_time_ms, record_time_ms
 

@@ -1,31 +1,7 @@
-"""``spark.read.format("singerlake")``: a lake stream as a typed DataFrame, read on the executors.
-
-    from singerlake.replay.datasource import register
-    register(spark)
-    users = (spark.read.format("singerlake")
-             .option("tap_id", "tap-postgres").option("stream", "public.users")
-             .load("s3://bucket/lake"))          # or a local path
-
-Options: ``tap_id``, ``stream`` (required); ``version`` (``all``: every version under one merged
-schema, the default; or a label like ``v2``, or a schema hash); ``after`` (a replay position as
-JSON, ``{"commit": C, "records": R}``: only records after it); ``until_commit`` (ignore files
-committed later); ``needs`` (what the values need, as ``needs_on_executors`` finds them: skips
-the scan below); for S3 roots ``s3_<option>`` for each storage option (``s3_endpoint_url``,
-``s3_region``, ``s3_profile``, keys; Spark redacts the secret ones in its plans and UI).
-
-Columns: the stream's properties, typed exactly as the projection types them (``exact``, SPEC.md
-§12: ``decimal(p, s)`` where the values fit, JSON text otherwise and for JSON values, names taken
-literally), then ``_singerlake_commit`` and ``_singerlake_index`` (the record's position, SPEC.md
-§11), ``_singerlake_version`` and ``_singerlake_time`` (the record's time, SPEC.md §1, when it has
-one). The types depend on the values read: without ``needs`` the schema is found from the files'
-column statistics in the manifest (SPEC.md §5; no data file is read when every file has them), and
-the records of files without them are read once on the driver; ``needs_on_executors`` reads those on
-the executors instead (``singerlake sql --raw`` does). Each partition is one data file, verified against its blake2 hash
-before it is read, and yields Arrow batches.
-
-``spark.readStream.format("singerlake")`` (same options, and ``startingPosition``,
-``maxRecordsPerTrigger``, ``maxFilesPerTrigger``) reads the records as they are committed:
-``replay/streaming.py``.
+"""A replay's planned files, read in bulk: which data files hold the records after a position, in
+replay order, and their records as typed Arrow batches (the Spark data sources, ``sql`` and the
+projection read them so). Typed as the projection types them (``exact``, SPEC.md §12), then the
+record's position (SPEC.md §11), version and time (SPEC.md §1).
 """
 
 from __future__ import annotations
@@ -37,19 +13,15 @@ from itertools import islice
 from typing import Any
 
 from pyspark.sql import types as T
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
-from singerlake.errors import ConfigError
-from singerlake.format.catalogue import replay_schema
 from singerlake.format.datafile import open_data_file
 from singerlake.format.exact import Need, ProjectionError, covers, decode, join_all, records_needs, typed_table
 from singerlake.format.manifest import Manifest
 from singerlake.format.messages import message_record
 from singerlake.format.needs import StatsReader
-from singerlake.format.positions import Position, already_replayed, check_bookmark, entry_runs
-from singerlake.lake import Lake
+from singerlake.format.positions import Position, already_replayed, entry_runs
 from singerlake.spark.schema import struct_type
-from singerlake.storage import S3_OPTIONS, Storage
+from singerlake.storage import Storage
 from singerlake.times import record_time_ms
 
 POSITION_COLUMNS = [
@@ -64,92 +36,6 @@ BATCH_ROWS = 8192
 def columns(json_schema: dict, needs: dict[str, Need]) -> T.StructType:
     """The DataFrame schema of records under ``json_schema`` whose values need ``needs``: its properties, then POSITION_COLUMNS."""
     return T.StructType(struct_type(json_schema, needs).fields + POSITION_COLUMNS)
-
-
-def register(spark) -> None:
-    """Make ``format("singerlake")`` (lake streams) and ``format("singerlake-files")`` (the index of
-    pushed files, ``files.datasource``) available on ``spark``; a cluster's executors get the core shipped."""
-    from singerlake.files.datasource import FilesDataSource
-    from singerlake.spark.executors import prepare_executors
-
-    prepare_executors(spark)
-    spark.dataSource.register(SingerlakeDataSource)
-    spark.dataSource.register(FilesDataSource)
-
-
-class SingerlakeDataSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return "singerlake"
-
-    def _option(self, name: str) -> str:
-        value = self.options.get(name)
-        if not value:
-            raise ConfigError(f"singerlake data source: option {name!r} is required")
-        return value
-
-    def _lake(self) -> Lake:
-        options = {name: self.options.get(f"s3_{name}") for name in S3_OPTIONS}
-        lake = Lake.open(self._option("path"), **options)
-        lake.check_exists()
-        return lake
-
-    def _selected(self):
-        lake = self._lake()
-        tap_id, stream = self._option("tap_id"), self._option("stream")
-        lake.check_tap(tap_id)
-        manifest = lake.manifest(tap_id, stream)
-        if not manifest.versions:
-            raise ConfigError(f"singerlake data source: stream {stream!r} of tap {tap_id!r} has no data")
-        wanted = self.options.get("version", "all")
-        if wanted == "all":
-            return lake, manifest, replay_schema(manifest), set(manifest.versions)
-        for schema_hash, info in manifest.versions.items():
-            if wanted in (schema_hash, info["version"]):
-                return lake, manifest, info["schema"], {schema_hash}
-        labels = [v["version"] for v in manifest.versions.values()]
-        raise ConfigError(f"singerlake data source: stream {stream!r} has no version {wanted!r}; versions: {labels}")
-
-    def _files(self, manifest: Manifest, hashes: set[str], until: int | None = None) -> list[dict]:
-        after = Position.from_bookmark(json.loads(self.options["after"]), manifest.stream) if self.options.get("after") else None
-        check_bookmark(after, manifest)
-        until = until or int(self.options.get("until_commit") or manifest.commits)
-        self._until = until  # the reader reads what the schema was found from, whatever is committed meanwhile
-        return plan_files(manifest, hashes, after, until)
-
-    def _needs(self, storage: Storage, manifest: Manifest, properties: dict, files: list[dict]) -> dict[str, Need]:
-        if self.options.get("needs"):
-            return json.loads(self.options["needs"])
-        if getattr(self, "_found_needs", None) is None:  # found once, by schema(): this object is pickled on to reader()
-            self._found_needs = planned_needs(storage, manifest.versions, properties, files)
-        return self._found_needs
-
-    def schema(self) -> T.StructType:
-        lake, manifest, schema, hashes = self._selected()
-        return columns(schema, self._needs(lake.storage, manifest, schema.get("properties", {}), self._files(manifest, hashes)))
-
-    def streamReader(self, schema: T.StructType) -> DataSourceStreamReader:
-        from singerlake.replay.streaming import StreamReader
-
-        lake, manifest, json_schema, hashes = self._selected()
-        properties = json_schema.get("properties", {})
-        files = self._files(manifest, hashes)
-        return StreamReader(
-            lake.storage,
-            self._option("tap_id"),
-            manifest.stream,
-            schema,
-            properties,
-            self._needs(lake.storage, manifest, properties, files),
-            None if self.options.get("version", "all") == "all" else hashes,
-            self.options,
-        )
-
-    def reader(self, schema: T.StructType) -> DataSourceReader:
-        lake, manifest, json_schema, hashes = self._selected()
-        files = self._files(manifest, hashes, getattr(self, "_until", None))
-        properties = json_schema.get("properties", {})
-        return _Reader(lake.storage, schema, properties, self._needs(lake.storage, manifest, properties, files), files)
 
 
 def plan_files(manifest: Manifest, hashes: set[str], after: Position | None, until: int) -> list[dict]:
@@ -216,7 +102,7 @@ def needs_on_executors(spark, storage: Storage, streams: list[tuple[dict, dict, 
     """For each stream, given as its manifest's versions, the properties read and its planned files
     (``plan_files``), what its values need (``needs`` option): from the files' statistics, and the
     files without them read in one Spark job on the executors (no job when every file has them)."""
-    from singerlake.jobs.runner import run_items
+    from singerlake.spark.runner import run_items
 
     needs: list[dict[str, Need]] = []
     items = []
@@ -267,20 +153,3 @@ def check_fits(properties: dict, needs: dict[str, Need], records: list[dict]) ->
                 f"column {name!r}: a value needs {json.dumps(need)}, more than the column's type (found from the records "
                 f"read when the query started: {json.dumps(needs.get(name))}); restart the query to type it anew"
             )
-
-
-class _FilePartition(InputPartition):
-    def __init__(self, file: dict):
-        super().__init__(file)
-        self.file = file
-
-
-class _Reader(DataSourceReader):
-    def __init__(self, storage: Storage, schema: T.StructType, properties: dict, needs: dict[str, Need], files: list[dict]):
-        self.storage, self.schema, self.properties, self.needs, self.files = storage, schema, properties, needs, files
-
-    def partitions(self) -> list[InputPartition]:
-        return [_FilePartition(file) for file in self.files]
-
-    def read(self, partition: InputPartition) -> Iterator[Any]:
-        return file_batches(self.storage, self.schema, self.properties, self.needs, partition.file)

@@ -18,9 +18,9 @@ from typing import Any
 
 from singerlake.errors import ConfigError
 from singerlake.format.catalogue import replay_schema
-from singerlake.jobs import delta
 from singerlake.lake import Lake
 from singerlake.storage import Storage
+from singerlake.tables import delta
 
 
 def view_name(stream: str) -> str:
@@ -78,7 +78,8 @@ def raw_records(lake: Lake, spark, tap_id: str, streams: list[str]) -> dict[str,
     types are found from the files' statistics (SPEC.md §5), and the values of files without them on
     the executors (one Spark job for all ``streams``, none when every file has them), then handed to
     the data source."""
-    from singerlake.replay.datasource import needs_on_executors, plan_files, register
+    from singerlake.replay.plan import needs_on_executors, plan_files
+    from singerlake.sources import register
 
     register(spark)
     manifests = [manifest for manifest in (lake.manifest(tap_id, stream) for stream in streams) if manifest.versions]

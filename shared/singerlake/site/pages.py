@@ -24,9 +24,9 @@ from singerlake.files import index as files_index
 from singerlake.files.record import last_time, newness
 from singerlake.format.names import encode_segment
 from singerlake.jobs.describe import describe_stream, schema_changes, type_text
-from singerlake.jobs.runner import Failures, StreamFailure, StreamId, for_each_stream
 from singerlake.jobs.verify import Finding, read_manifest
 from singerlake.lake import Lake
+from singerlake.spark.runner import Failures, StreamFailure, StreamId, for_each_stream
 from singerlake.storage import NotFound, Storage
 from singerlake.times import file_id_ms, iso_ms, now_ms
 
@@ -294,7 +294,7 @@ def _csp_hash(text: str) -> str:
 
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("singerlake.jobs", "templates"),
+        loader=jinja2.PackageLoader("singerlake.site", "templates"),
         autoescape=True,  # every template is HTML: names from the wild must stay text
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -325,7 +325,7 @@ def human_bytes(n: float) -> str:
 
 def render(taps: list[dict], lake_findings: list[Finding] | None, root: str, now: int, whats: list[dict] | None = None) -> dict[str, bytes]:
     env = _environment()
-    assets = resources.files("singerlake.jobs") / "templates"
+    assets = resources.files("singerlake.site") / "templates"
     css = (assets / "site.css").read_text("utf-8")
     script = (assets / "search.js").read_text("utf-8")
     common = {

@@ -1,0 +1,1 @@
+"""The lake's documentation site (``singerlake docs``): static HTML pages from the lake's metadata."""

@@ -1,0 +1,135 @@
+"""``singerlake project``: raw -> ``staging/`` parts -> each stream's Delta table in ``published/`` (SPEC.md §12).
+
+Per stream, a run reads only the records committed after the position the table's latest commit
+records, keeps the current row per key (latest by commit, then record time, then position) and
+changes only what must change:
+
+    staging/<tap>/<stream>/part-<id>.parquet     current rows: _key, positions, _record (the record's JSON text)
+    published/<tap>/<stream>/part-<id>.parquet   the same rows typed exactly (``exact``), one file per staging part
+    published/<tap>/<stream>/_delta_log/         one Delta commit per run (``delta``), the only commit point
+    published/<tap>/<stream>/_iceberg/           with ``iceberg``: the same files as an Iceberg table, one snapshot per run (``iceberg``)
+
+A previous part holding a key a new record updates is rewritten without that row; the new current
+rows form one new part; other parts stay. Column types come from the declared schema and the
+values held (each part stores what its values need); when they change, every published file is
+rewritten in that run's commit.
+
+Small streams (new stored bytes plus previous parts up to ``SMALL_STREAM_BYTES``) are projected
+in ONE Spark job, one work item per stream, with pyarrow on the executor; their new rows form parts
+of at most ``PART_ROWS`` rows. New records are read in bulk: envelopes in one decoder call, records
+by Arrow's JSON reader, typed as they are read under the types their files' column statistics give
+(``format/columnar``; record by record with ``exact`` where Arrow cannot read a value exactly). Larger streams run a
+Spark job each, incrementally too: their parts are **buckets** of keys (``crc32(_key) mod
+buckets``), so only the buckets the new records touch are rewritten, each by one executor (its
+previous part and its new rows). Both give the same rows and types.
+
+Deletes (Singer's): a current record with ``_sdc_deleted_at``, and rows of older table versions placed
+before an ACTIVATE_VERSION, stay with ``_sdc_deleted_at`` set (soft, the default) or are left out
+(``hard_delete``); activations the table has not applied yet reach every previous part.
+"""
+
+from __future__ import annotations
+
+from singerlake.errors import ConfigError
+from singerlake.format.exact import table_schema
+from singerlake.lake import Lake
+from singerlake.pause import pause_point
+from singerlake.spark.runner import (
+    Failures,
+    Progress,
+    StreamFailure,
+    for_each_stream,
+    selected_streams,
+)
+from singerlake.spark.session import session_of
+from singerlake.tables import delta, iceberg
+from singerlake.tables.buckets import large_layout, project_large_stream
+from singerlake.tables.deletes import table_properties
+from singerlake.tables.plan import StreamPlan, plan_stream
+from singerlake.tables.small import PART_ROWS, project_small_streams
+
+SMALL_STREAM_BYTES = 64 << 20  # stored (gzipped) bytes; decoded rows take several times that in memory
+
+
+FORMATS = ("delta", "csv", "iceberg")
+
+
+# -- the job ---------------------------------------------------------------------------------------
+def commit_run(lake: Lake, plan: StreamPlan, result: dict) -> dict:
+    """The run's one Delta commit: the last step, so a crash or a failed stream leaves the previous version current."""
+    state = {"position": plan.end.to_bookmark(), "types": result["types"], "schema": result["schema"], "parts": result["parts"]}
+    state |= {"deletes": plan.deletes, "activations": plan.activated}
+    if "buckets" in result:  # a large stream's parts are buckets of keys (SPEC.md §12)
+        state["buckets"] = result["buckets"]
+    adds = [{"path": part["published"], "size": part["size"], "rows": part["rows"]} for part in result["adds"]]
+    schema = table_schema(table_properties(plan.properties, result["types"]), result["types"])
+    pause_point("project-before-commit")
+    version = delta.commit(lake.storage, plan.table, plan.published, schema, adds, result["removes"], result["overwrite"], state)
+    plan.published = delta.Published(version, state, state_version=version)
+    return plan.summary(plan.new_records)
+
+
+def check_formats(lake: Lake, formats: list[str], iceberg_catalog: str | None = None):
+    """ConfigError for an unknown format or Iceberg without a catalog that opens; the Iceberg catalog (or None)."""
+    unknown = set(formats) - set(FORMATS) - {"parquet"}
+    if unknown:
+        raise ConfigError(f"unknown published formats {sorted(unknown)}; use delta, csv and/or iceberg")
+    if "iceberg" not in formats:
+        return None
+    if not iceberg_catalog:
+        raise ConfigError("--formats iceberg needs --iceberg-catalog NAME (a pyiceberg catalog)")
+    return iceberg.open_catalog(iceberg_catalog, lake.storage)
+
+
+def sync_iceberg(lake: Lake, catalog, plan: StreamPlan) -> int | None:
+    """The stream's Iceberg table made the Delta table's latest version, in one snapshot (SPEC.md §12)."""
+    schema = table_schema(table_properties(plan.properties, plan.state["types"]), plan.state["types"])
+    return iceberg.sync(lake.storage, catalog, plan.tap_id, plan.stream, plan.published, schema)
+
+
+def project(
+    lake: Lake,
+    spark,
+    tap_id: str | None = None,
+    stream: str | None = None,
+    formats: list[str] | None = None,
+    small_stream_bytes: int = SMALL_STREAM_BYTES,
+    part_rows: int = PART_ROWS,
+    progress: Progress | None = None,
+    failures: list[StreamFailure] | None = None,
+    hard_delete: bool = False,
+    iceberg_catalog: str | None = None,
+) -> list[dict]:
+    """Project the selected streams. A stream that fails is added to ``failures`` (its table stays at
+    its last version) and the others are projected; without ``failures``, StreamsFailed is raised at the end.
+    Deleted rows (``_sdc_deleted_at``, ACTIVATE_VERSION) stay with ``_sdc_deleted_at`` set, or with
+    ``hard_delete`` are left out (SPEC.md §12). With ``iceberg`` among the formats, each table is also
+    an Iceberg table in the pyiceberg catalog ``iceberg_catalog``. ``spark`` may be an ``OnDemand``
+    session: small streams that fit one task then run in this process on a local master, and Spark
+    starts only for more."""
+    lake.check_exists()
+    formats = ["delta" if fmt == "parquet" else fmt for fmt in (formats or ["delta"])]
+    catalog = check_formats(lake, formats, iceberg_catalog)
+    found = Failures()
+    plans = for_each_stream(selected_streams(lake, tap_id, stream), lambda tap, name: plan_stream(lake, tap, name, hard_delete), found)
+    pending = [plan for plan in plans.values() if not plan.up_to_date]
+    is_large = lambda plan: plan.bytes > small_stream_bytes or "buckets" in plan.state  # noqa: E731  (bucketed: stays large)
+    small = [plan for plan in pending if not is_large(plan)]
+    written = project_small_streams(lake, spark, small, formats, found, progress, part_rows)
+    large = {(plan.tap_id, plan.stream): (plan, large_layout(plan, small_stream_bytes)) for plan in pending if is_large(plan)}
+    if any(not layout.one_task for _, layout in large.values()):
+        spark = session_of(spark)  # started here: a failed start is the run's error, not a stream's
+    run_large = lambda tap, name: project_large_stream(lake, spark, *large[(tap, name)], formats)  # noqa: E731
+    written |= for_each_stream(list(large), run_large, found, 1)
+    committed = for_each_stream(list(written), lambda tap, name: commit_run(lake, plans[(tap, name)], written[(tap, name)]), found)
+    if catalog is not None:  # after the Delta commits; also streams with nothing new whose Iceberg table lags behind
+        mirror = [stream_id for stream_id, plan in plans.items() if not found.has(*stream_id) and plan.published.version is not None]
+        for tap in sorted({tap for tap, _ in mirror}):  # once, before the streams' threads
+            iceberg.ensure_namespace(catalog, tap)
+        snapshots = for_each_stream(mirror, lambda tap, name: sync_iceberg(lake, catalog, plans[(tap, name)]), found)
+        for stream_id, snapshot in snapshots.items():
+            if stream_id in committed:
+                committed[stream_id]["iceberg_snapshot"] = snapshot
+    results = [committed.get(stream_id) or plan.summary() for stream_id, plan in plans.items() if not found.has(*stream_id)]
+    found.deliver(failures)
+    return results
