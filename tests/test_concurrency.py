@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from children import open_spec, run_together, spawn
-from singerlake.commits.commit import CommitRejected, commit_files, register_writer
+from singerlake.commits.commit import commit_files, register_writer
+from singerlake.commits.errors import CommitRejected
 from singerlake.commits.lock import Lock
 from singerlake.format.datafile import write_data_file
 from singerlake.format.layout import StreamPaths

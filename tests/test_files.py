@@ -29,8 +29,8 @@ from conftest import BACKENDS, S3_SERVERS, _new_bucket
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from singerlake.files import store as store_module
+from singerlake.files.errors import FileChanged
 from singerlake.files.fetch import copy_verified
-from singerlake.files.store import FileChanged
 from singerlake.lake import Lake
 from singerlake.storage import S3Storage, open_storage
 from singerlake.storage import s3 as s3_module

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import BACKENDS
 from singerlake.cli.output import as_table
-from singerlake.files.fetch import FetchFailed
+from singerlake.files.errors import FetchFailed
 from test_files import BASE, Root, assert_refused, cli_env, cli_s3_args, root_on
 
 HANG_SECONDS = 60

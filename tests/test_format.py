@@ -21,10 +21,11 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from singerlake import Lake, SchemaWriter
 from singerlake.errors import UnsafeName
-from singerlake.format.datafile import CorruptFile, encode, open_data_file, read_data_file, store, summarise, write_data_file
+from singerlake.format.datafile import encode, open_data_file, read_data_file, store, summarise, write_data_file
+from singerlake.format.errors import CorruptFile, InvalidMetadata
 from singerlake.format.layout import DATA_SUFFIX, NAME_FILE, RAW, ROOT_METADATA, DataFileName, StreamPaths
 from singerlake.format.manifest import Manifest
-from singerlake.format.metadata import InvalidMetadata, blake2_hex, make_record, validate_record
+from singerlake.format.metadata import blake2_hex, make_record, validate_record
 from singerlake.format.names import MAX_SEGMENT_BYTES, decode_segment, encode_segment, is_truncated
 from singerlake.format.scan import scan_stream
 from singerlake.format.schema_hash import HASH_LENGTH, encode64, is_schema_hash, schema_hash

@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from singerlake.commits.commit import commit_files, register_writer, write_manifest
 from singerlake.format import manifest as manifest_module
 from singerlake.format.datafile import write_data_file
+from singerlake.format.errors import InvalidMetadata
 from singerlake.format.layout import StreamPaths
 from singerlake.format.manifest import Manifest
-from singerlake.format.metadata import InvalidMetadata
 from singerlake.format.needs import properties_of
 from singerlake.format.positions import Position
 from singerlake.format.scan import scan_stream
@@ -305,7 +305,7 @@ def test_a_lake_written_by_1x_is_read_upgraded_in_place_and_bookmarks_still_hold
 def test_a_newer_format_is_refused_by_name_and_never_rebuilt(tmp_path):
     """A manifest, part or singerlake.json written by a newer Singerlake is refused (SPEC.md §13), and
     repair leaves it alone instead of rewriting it as 2.0."""
-    from singerlake.format.metadata import NewerFormat
+    from singerlake.format.errors import NewerFormat
 
     lake = Lake.open(str(tmp_path / "lake"))
     _stream_of(lake.storage, 3)

@@ -27,9 +27,9 @@ from lakes import TAP, LakeUnderTest, joined, land, local_lake_at, record_msg, s
 from s3_servers import S3_KEYS
 from singerlake import Lake
 from singerlake.format.datafile import write_data_file
+from singerlake.format.errors import BadBookmark
 from singerlake.format.layout import StreamPaths
 from singerlake.format.manifest import Manifest
-from singerlake.format.positions import BadBookmark
 from singerlake.format.schema_hash import schema_hash
 from singerlake.jobs.compact import compact, compact_stream
 from singerlake.jobs.repair import repair

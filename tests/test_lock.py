@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from children import open_spec, run_together, spawn
-from singerlake.commits.commit import CommitRejected
-from singerlake.commits.lock import Lock, LockLost, LockTimeout, read_lock
+from singerlake.commits.errors import CommitRejected, LockLost, LockTimeout
+from singerlake.commits.lock import Lock, read_lock
 from singerlake.format.layout import StreamPaths
 from singerlake.lake import Lake
 from singerlake.landing.writer import SchemaWriter

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from singerlake.format.datafile import write_data_file
+from singerlake.format.errors import BadBookmark
 from singerlake.format.layout import StreamPaths
 from singerlake.format.manifest import Manifest
-from singerlake.format.positions import BadBookmark, Position
+from singerlake.format.positions import Position
 from singerlake.format.schema_hash import schema_hash
 from singerlake.replay.stream import Activate, Lines, Reached, Schema, StreamReplay
 from singerlake.storage import LocalStorage, Storage

@@ -235,7 +235,8 @@ class Lake:
         ``-`` for stdout), hashes checked; a file already there is replaced only with ``overwrite`` (the
         same bytes there are left as they are). Returns what became of each (``files.fetch.Fetched``);
         raises ``FetchFailed`` (with them all) when some could not be fetched, after fetching the others."""
-        from singerlake.files.fetch import DEFAULT_NAME, FetchFailed, fetch
+        from singerlake.files.errors import FetchFailed
+        from singerlake.files.fetch import DEFAULT_NAME, fetch
 
         files = [files] if isinstance(files, (str, dict)) else list(files)
         records = [f if isinstance(f, dict) else self.file_record(f) for f in files]

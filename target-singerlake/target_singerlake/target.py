@@ -24,15 +24,17 @@ from singer_sdk.sinks import RecordSink
 from singerlake import Lake
 from singerlake.errors import INTERRUPTED_EXIT, ConfigError, Interrupted
 from singerlake.format.catalogue import ANNOTATIONS
-from singerlake.format.messages import MissingKeyProperties, RecordBeforeSchema
+from singerlake.format.errors import MissingKeyProperties, RecordBeforeSchema
 from singerlake.format.metadata import label_problem
 from singerlake.format.names import normalise_label
-from singerlake.landing.lander import Lander, LandingSettings, Terminated
+from singerlake.landing.errors import Terminated
+from singerlake.landing.lander import Lander, LandingSettings
 from singerlake.landing.spark_write import warm_up
 from singerlake.settings import LAKE_LOCATION, invalid_settings, lake_root, storage_options
+from singerlake.spark.errors import SparkStartError
 from singerlake.spark.java import ensure_java
 from singerlake.spark.masters import resolve_master, runs_on_this_machine
-from singerlake.spark.session import SparkStarter, SparkStartError, spark_session, stop_session
+from singerlake.spark.session import SparkStarter, spark_session, stop_session
 from singerlake.storage import LocalStorage, StorageError
 
 

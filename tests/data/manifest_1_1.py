@@ -7,7 +7,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from singerlake.format.metadata import InvalidMetadata, validate_record
+from singerlake.format.errors import InvalidMetadata
+from singerlake.format.metadata import validate_record
 from singerlake.format.schema_hash import is_schema_hash
 from singerlake.storage.base import Blob
 from singerlake.times import file_id_ms, iso_ms

@@ -354,7 +354,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 def fetch_files(lake: Lake, files: list, out: str | None, args: argparse.Namespace) -> list:
     """What became of each file fetched (``files.fetch.Fetched``), those that failed too."""
-    from singerlake.files.fetch import FetchFailed
+    from singerlake.files.errors import FetchFailed
 
     try:
         return lake.fetch(files, out, args.name, overwrite=args.overwrite)

@@ -7,20 +7,12 @@ import random
 import time
 from collections.abc import Callable
 
-from singerlake.errors import SingerlakeError
+from singerlake.commits.errors import CommitConflict, CommitRejected
 from singerlake.format.layout import StreamPaths
 from singerlake.format.manifest import Manifest
 from singerlake.format.parts import PartStore
 from singerlake.storage import Blob, NotFound, PreconditionFailed, Storage
 from singerlake.times import file_id_ms, iso_ms, now_ms
-
-
-class CommitConflict(SingerlakeError):
-    """Too many writers raced for the same object; nothing was committed."""
-
-
-class CommitRejected(SingerlakeError):
-    """The commit may not happen at all (e.g. the writer lost its lock); nothing was committed."""
 
 
 def compare_and_swap(

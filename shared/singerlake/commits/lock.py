@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from singerlake.errors import SingerlakeError
+from singerlake.commits.errors import LockLost, LockTimeout
 from singerlake.storage import NotFound, PreconditionFailed, Storage
 from singerlake.times import iso_ms, now_ms, to_ms
 
@@ -28,14 +28,6 @@ log = logging.getLogger(__name__)
 DEFAULT_LEASE_S = 60.0
 DEFAULT_DRIFT_S = 10.0
 DEFAULT_WAIT_S = 600.0
-
-
-class LockTimeout(SingerlakeError):
-    """The lock stayed held by a live writer for longer than the configured wait."""
-
-
-class LockLost(SingerlakeError):
-    """Another writer took the lock over; this holder must stop writing."""
 
 
 @dataclass(frozen=True)

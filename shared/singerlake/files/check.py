@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from singerlake.commits.lock import Lock, LockLost, LockTimeout, looks_stale, read_lock
+from singerlake.commits.errors import LockLost, LockTimeout
+from singerlake.commits.lock import Lock, looks_stale, read_lock
 from singerlake.files import index, layout
 from singerlake.format.metadata import new_digest
 from singerlake.pause import pause_point

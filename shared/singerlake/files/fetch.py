@@ -26,6 +26,7 @@ from typing import BinaryIO
 
 from singerlake.errors import ConfigError, SingerlakeError, one_line
 from singerlake.files import index
+from singerlake.format.errors import CorruptFile
 from singerlake.format.metadata import new_digest
 from singerlake.storage import Storage
 
@@ -34,10 +35,6 @@ CHUNK_BYTES = 1 << 20
 TEMP_PREFIX = ".singerlake-fetch-"
 TEMP_NAME = re.compile(re.escape(TEMP_PREFIX) + r"[0-9a-f]{16}\.part")
 FETCHED, ALREADY_THERE, FAILED = "fetched", "already there", "failed"
-
-
-class CorruptFile(SingerlakeError):
-    pass
 
 
 def record_of(storage: Storage, file_id: str) -> dict:
@@ -90,18 +87,6 @@ class Fetched:
     def to_dict(self) -> dict:
         doc = {"id": self.record["id"], "written_to": self.place, "outcome": self.outcome}
         return {**doc, "error": self.error} if self.failed else doc
-
-
-class FetchFailed(SingerlakeError):
-    """Some files could not be fetched; the others were. ``outcomes``: what became of each."""
-
-    def __init__(self, outcomes: list[Fetched]):
-        failed = [o for o in outcomes if o.failed]
-        first = failed[0]
-        super().__init__(
-            f"{len(failed)} of {len(outcomes)} file(s) not fetched (the others were): {first.record['id']} -> {first.place}: {first.error}"
-        )
-        self.outcomes = outcomes
 
 
 def fetch(storage: Storage, records: list[dict], out: str | None, template: str = DEFAULT_NAME, overwrite: bool = False) -> list[Fetched]:

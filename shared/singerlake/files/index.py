@@ -8,10 +8,11 @@ import json
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-from singerlake.errors import SingerlakeError
 from singerlake.files import layout
+from singerlake.files.errors import Aborted
 from singerlake.files.record import last_time, newness, overlaps
-from singerlake.format.metadata import InvalidMetadata, check_spec_version
+from singerlake.format.errors import InvalidMetadata
+from singerlake.format.metadata import check_spec_version
 from singerlake.pause import pause_point
 from singerlake.storage import NotFound, PreconditionFailed, Storage
 from singerlake.times import days_between, parse_time_ms
@@ -29,10 +30,6 @@ def pointer_dirs(what: str, records: Iterable[dict]) -> set[str]:
         if record["work_id"] is not None:
             dirs.add(layout.work_dir(what, record["work_id"]))
     return dirs
-
-
-class Aborted(SingerlakeError):
-    """A vacuum aborted this push's txn (SPEC.md §15): nothing of it was committed; store it again under a new txn."""
 
 
 def commit(storage: Storage, what: str, txn: str, records: list[dict]) -> None:

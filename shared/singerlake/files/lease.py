@@ -12,7 +12,8 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
-from singerlake.commits.lock import DEFAULT_WAIT_S, Lock, LockInfo, LockTimeout, looks_stale
+from singerlake.commits.errors import LockTimeout
+from singerlake.commits.lock import DEFAULT_WAIT_S, Lock, LockInfo, looks_stale
 from singerlake.files import layout
 from singerlake.storage import NotFound, PreconditionFailed, Storage
 from singerlake.times import now_ms

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from singerlake.errors import SingerlakeError, one_line
-from singerlake.files import index
+from singerlake.files.errors import Aborted, PushFailed
 from singerlake.files.lease import push_leases
 from singerlake.files.store import COMMIT_FILES, PushResult, Source, push_chunk, store
 from singerlake.spark.executors import default_parallelism
@@ -33,10 +33,6 @@ from singerlake.times import new_file_id
 TASKS_PER_CORE = 4  # tasks finish at different times: a few per core keep every core busy to the end
 MIN_FILES_PER_TASK = 32
 MAX_FILES_PER_TASK = 1000  # progress moves at least every thousand files; a failed task redoes at most as many
-
-
-class PushFailed(SingerlakeError):
-    """Some files could not be stored; the chunks without such a file were committed."""
 
 
 def _reporter(report: Callable[[int, int], None]) -> Progress:
@@ -111,7 +107,7 @@ def push_on_spark(
                 continue  # its stored bytes and records stay invisible (SPEC.md §14); pushing again commits them
             try:
                 result.commit_chunk(storage, what, txn, [(o["record"], o["duplicate"]) for o in mine], seen)
-            except index.Aborted:  # a vacuum judged the lease stale: this chunk again, on the driver (SPEC.md §15)
+            except Aborted:  # a vacuum judged the lease stale: this chunk again, on the driver (SPEC.md §15)
                 push_chunk(storage, chunk, what, where, work_id, result, seen)
     if failed:
         committed = f"{len(result.pushed):,} file(s) committed" if result.pushed else "nothing committed"

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from singerlake.errors import ConfigError, SingerlakeError
+from singerlake.errors import ConfigError
 from singerlake.files import index, layout
+from singerlake.files.errors import Aborted, FileChanged, PushAborted
 from singerlake.files.lease import push_leases
 from singerlake.files.record import content_type, file_id, make_record
 from singerlake.format.metadata import new_digest
@@ -30,14 +31,6 @@ SMALL_BYTES = 4 << 20  # read whole: one request per file, bounded memory per th
 CHUNK_BYTES = 1 << 20
 COMMIT_FILES = 10_000  # records per segment: a day's query reads segments of bounded size
 ATTEMPTS = 3  # a chunk whose txn a vacuum aborted is stored again, under a new txn, this many times in all
-
-
-class FileChanged(SingerlakeError):
-    """A file changed while it was pushed; nothing of it was stored."""
-
-
-class PushAborted(SingerlakeError):
-    """Vacuums kept aborting a chunk's txn (SPEC.md §15); nothing of it was committed."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +104,7 @@ def push_chunk(
                 try:
                     result.commit_chunk(storage, what, txn, stored, seen)
                     return
-                except index.Aborted:
+                except Aborted:
                     continue
     raise PushAborted(
         f"{len(chunk):,} file(s) into {what!r} were aborted {ATTEMPTS} times by vacuums running meanwhile; nothing of them was committed"

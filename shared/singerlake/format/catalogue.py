@@ -7,8 +7,9 @@ import json
 from typing import Any
 
 from singerlake.errors import ConfigError
+from singerlake.format.errors import InvalidMetadata
 from singerlake.format.manifest import SPEC_VERSION, Manifest
-from singerlake.format.metadata import InvalidMetadata, check_spec_version
+from singerlake.format.metadata import check_spec_version
 
 ROOT_FORMAT = "singerlake"
 ANNOTATIONS = ("owner", "description", "docs_url", "logs_url")

@@ -13,7 +13,7 @@ from typing import BinaryIO
 
 from isal import igzip, isal_zlib
 
-from singerlake.errors import SingerlakeError
+from singerlake.format.errors import CorruptFile
 from singerlake.format.layout import StreamPaths
 from singerlake.format.metadata import blake2_hex, make_record, new_digest
 from singerlake.format.names import normalise_label
@@ -25,10 +25,6 @@ DEFAULT_COMPRESSLEVEL = 6
 CHUNK = 1 << 20
 SPOOL_IN_MEMORY = 16 << 20  # remote files larger than this are spooled to a temp file while verified
 GZIP_ERRORS = (OSError, EOFError, zlib.error, isal_zlib.error)  # what damaged gzip raises while read
-
-
-class CorruptFile(SingerlakeError, ValueError):
-    """A data file that cannot be read back; the message names the file."""
 
 
 def corrupt_gzip(name: str, exc: Exception) -> CorruptFile:

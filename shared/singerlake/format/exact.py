@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from singerlake.errors import SingerlakeError
+from singerlake.format.errors import ProjectionError
 
 MAX_DIGITS = 38  # decimal128
 INT64 = (-(2**63), 2**63 - 1)
@@ -329,10 +329,6 @@ def parse_date(value: Any) -> date | None:
         return date.fromisoformat(value) if isinstance(value, str) and len(value) == 10 else None
     except ValueError:
         return None
-
-
-class ProjectionError(SingerlakeError, ValueError):
-    """Records that cannot be typed as their table says; the message names the column at fault."""
 
 
 def typed_table(properties: dict, types: dict, records: list[dict]):

@@ -10,8 +10,8 @@ from typing import Any
 
 import msgspec
 
+from singerlake.format.errors import InvalidMetadata
 from singerlake.format.manifest_rules import HORIZON_SPEC_VERSION, MANIFEST_FORMAT, MANIFEST_FORMAT_1, SPEC_VERSION, validate_manifest
-from singerlake.format.metadata import InvalidMetadata
 from singerlake.format.parts import (
     TAIL_ACTIVATION_BYTES,
     TAIL_FILE_BYTES,

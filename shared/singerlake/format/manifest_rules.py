@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from singerlake.format.metadata import InvalidMetadata, check_spec_version
+from singerlake.format.errors import InvalidMetadata
+from singerlake.format.metadata import check_spec_version
 from singerlake.format.parts import validate_entry, validate_summary
 from singerlake.format.schema_hash import is_schema_hash
 

@@ -7,20 +7,8 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from singerlake.errors import SingerlakeError
+from singerlake.format.errors import BadInput
 from singerlake.times import parse_time_ms
-
-
-class BadInput(SingerlakeError, ValueError):
-    """Input that is not valid Singer; the message names the line (and stream)."""
-
-
-class RecordBeforeSchema(BadInput):
-    pass
-
-
-class MissingKeyProperties(BadInput):
-    pass
 
 
 class Envelope(msgspec.Struct):

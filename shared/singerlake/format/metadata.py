@@ -6,21 +6,13 @@ import hashlib
 import re
 from typing import Any
 
-from singerlake.errors import SingerlakeError
+from singerlake.format.errors import InvalidMetadata, NewerFormat
 from singerlake.format.schema_hash import is_schema_hash
 
 METADATA_VERSION = 0
 _LABEL = re.compile(r"^[a-z0-9_-]+$")
 LABEL_MAX = 64  # what, where and work_id become key segments (SPEC.md §14): kept short
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
-
-
-class InvalidMetadata(SingerlakeError, ValueError):
-    """A metadata record breaks the format; the message names the field."""
-
-
-class NewerFormat(SingerlakeError):
-    """A document of a newer lake format. Not InvalidMetadata: repair must never rebuild it as an older one."""
 
 
 def check_spec_version(doc: dict, source: str, known: str) -> None:

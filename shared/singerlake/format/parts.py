@@ -14,8 +14,9 @@ from typing import Any
 
 import msgspec
 
+from singerlake.format.errors import InvalidMetadata
 from singerlake.format.layout import StreamPaths
-from singerlake.format.metadata import InvalidMetadata, check_spec_version, validate_record
+from singerlake.format.metadata import check_spec_version, validate_record
 from singerlake.format.positions import commit_span, entry_runs
 from singerlake.storage import NotFound, PreconditionFailed, Storage
 

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from singerlake.errors import SingerlakeError
+from singerlake.format.errors import BadBookmark
 
 
 class Numbered(Protocol):
@@ -53,10 +53,6 @@ def commit_span(entry: dict) -> tuple[int, int]:
     if "runs" in entry:
         return entry["runs"][0]["commit"], entry["runs"][-1]["commit"]
     return entry["commit"], entry["commit"]
-
-
-class BadBookmark(SingerlakeError, ValueError):
-    """A state bookmark that does not fit the lake; the message names the stream."""
 
 
 @dataclass(frozen=True, order=True)

@@ -6,7 +6,8 @@ import gzip
 import io
 from concurrent.futures import ThreadPoolExecutor
 
-from singerlake.format.datafile import CorruptFile, summarise
+from singerlake.format.datafile import summarise
+from singerlake.format.errors import CorruptFile
 from singerlake.format.layout import DATA_SUFFIX, DataFileName, StreamPaths
 from singerlake.format.manifest import Manifest, versions_from_files
 from singerlake.format.metadata import blake2_hex, make_record

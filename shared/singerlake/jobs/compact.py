@@ -16,7 +16,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from singerlake.commits.commit import CommitRejected
+from singerlake.commits.errors import CommitRejected
 from singerlake.format.datafile import member_compressor, open_data_file, store
 from singerlake.format.layout import StreamPaths
 from singerlake.format.manifest import Manifest

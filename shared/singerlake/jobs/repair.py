@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from singerlake.commits.commit import compare_and_swap, write_manifest
 from singerlake.files.check import repair_files
 from singerlake.format import catalogue as cat
-from singerlake.format.datafile import CorruptFile
+from singerlake.format.errors import CorruptFile, InvalidMetadata
 from singerlake.format.layout import PART_DIR, PART_SUFFIX, RAW, ROOT_METADATA, StreamPaths, catalogue_key
 from singerlake.format.manifest import Manifest
-from singerlake.format.metadata import InvalidMetadata
 from singerlake.format.scan import data_file_keys, describe_file, manifest_from_described
 from singerlake.jobs.verify import Finding, read_manifest
 from singerlake.lake import Lake

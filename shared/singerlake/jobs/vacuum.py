@@ -23,7 +23,8 @@ import math
 from dataclasses import dataclass
 
 from singerlake.commits.commit import update_manifest
-from singerlake.commits.lock import Lock, LockTimeout, looks_stale, read_lock
+from singerlake.commits.errors import LockTimeout
+from singerlake.commits.lock import Lock, looks_stale, read_lock
 from singerlake.errors import ConfigError
 from singerlake.files.check import vacuum_files
 from singerlake.format.layout import DATA_SUFFIX, LOCK, PART_SUFFIX, DataFileName, StreamPaths

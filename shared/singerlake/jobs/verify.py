@@ -13,9 +13,10 @@ from dataclasses import asdict, dataclass
 from singerlake.commits.lock import looks_stale, read_lock
 from singerlake.files.check import verify_files
 from singerlake.format import catalogue as cat
+from singerlake.format.errors import InvalidMetadata
 from singerlake.format.layout import DATA_SUFFIX, LOCK, PART_DIR, PART_SUFFIX, RAW, ROOT_METADATA, StreamPaths, catalogue_key
 from singerlake.format.manifest import Manifest
-from singerlake.format.metadata import InvalidMetadata, new_digest
+from singerlake.format.metadata import new_digest
 from singerlake.format.parts import PartStore
 from singerlake.lake import Lake
 from singerlake.spark.runner import Failures, Progress, StreamFailure, for_each_stream, run_stream_items

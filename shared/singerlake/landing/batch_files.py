@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from singerlake.format.messages import BadInput
+from singerlake.format.errors import BadInput
 from singerlake.storage import S3Storage, Storage
 
 

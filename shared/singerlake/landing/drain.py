@@ -22,23 +22,19 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from singerlake.errors import SingerlakeError
 from singerlake.format import catalogue as cat
 from singerlake.format.datafile import gzip_member
 from singerlake.format.manifest import Manifest
 from singerlake.format.needs import properties_of
 from singerlake.lake import Lake
 from singerlake.landing.batch import ActivateVersion, Batch, Segment
+from singerlake.landing.errors import LandingError
 from singerlake.landing.spark_write import FileJob, batch_table, write_with_spark
 from singerlake.landing.writer import SchemaWriter
 from singerlake.pause import pause_point
 from singerlake.times import iso_ms
 
 log = logging.getLogger("singerlake.landing")
-
-
-class LandingError(SingerlakeError, RuntimeError):
-    """Writing or committing a batch failed; nothing of that batch is visible, earlier ones are."""
 
 
 @dataclass

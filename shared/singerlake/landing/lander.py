@@ -22,29 +22,19 @@ import msgspec
 
 from singerlake.commits.lock import DEFAULT_DRIFT_S, DEFAULT_LEASE_S, DEFAULT_WAIT_S
 from singerlake.format.datafile import DEFAULT_COMPRESSLEVEL
-from singerlake.format.messages import (
-    BadInput,
-    MissingKeyProperties,
-    RecordBeforeSchema,
-    RecordDecoder,
-    TimeParser,
-    decode_envelope,
-    decode_full,
-)
+from singerlake.format.errors import BadInput, MissingKeyProperties, RecordBeforeSchema
+from singerlake.format.messages import RecordDecoder, TimeParser, decode_envelope, decode_full
 from singerlake.format.schema_hash import schema_hash
 from singerlake.lake import Lake
 from singerlake.landing.batch import ActivateVersion, Batch
-from singerlake.landing.drain import Drain, DrainJob, LandingError
+from singerlake.landing.drain import Drain, DrainJob
+from singerlake.landing.errors import LandingError, Terminated
 from singerlake.landing.spark_write import CHUNK_BYTES, ChunkCompressor
 from singerlake.times import now_ms, record_time_ms
 
 __all__ = ["Lander", "LandingError", "LandingSettings", "Terminated"]
 
 log = logging.getLogger("singerlake.landing")
-
-
-class Terminated(Exception):
-    """Raised into the reading loop by SIGTERM: stop reading, then drain and commit what we have."""
 
 
 @dataclass

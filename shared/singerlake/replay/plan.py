@@ -15,7 +15,8 @@ from typing import Any
 from pyspark.sql import types as T
 
 from singerlake.format.datafile import open_data_file
-from singerlake.format.exact import Need, ProjectionError, covers, decode, join_all, records_needs, typed_table
+from singerlake.format.errors import ProjectionError
+from singerlake.format.exact import Need, covers, decode, join_all, records_needs, typed_table
 from singerlake.format.manifest import Manifest
 from singerlake.format.messages import message_record
 from singerlake.format.needs import StatsReader

@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from singerlake.format.datafile import CorruptFile, open_data_file
+from singerlake.format.datafile import open_data_file
+from singerlake.format.errors import BadInput, CorruptFile
 from singerlake.format.manifest import Manifest
-from singerlake.format.messages import BadInput, TimeParser, decode_envelope, sdc_extracted_at
+from singerlake.format.messages import TimeParser, decode_envelope, sdc_extracted_at
 from singerlake.format.positions import Position, already_replayed, check_bookmark, end_of, entry_runs
 from singerlake.storage import Storage
 from singerlake.times import record_time_ms

@@ -138,7 +138,7 @@ def row_of(record: dict) -> tuple:
 
 def content_of(storage: Storage, record: dict) -> bytes:
     """The file's bytes, checked against its record's hash and size (as ``fetch`` checks them)."""
-    from singerlake.files.fetch import CorruptFile
+    from singerlake.format.errors import CorruptFile
     from singerlake.format.metadata import new_digest
 
     data = storage.read(record["key"]).data

@@ -24,9 +24,10 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxFiles, ReadMaxRows, SupportsTriggerAvailableNow
 
 from singerlake.errors import ConfigError
+from singerlake.format.errors import BadBookmark
 from singerlake.format.exact import Need
 from singerlake.format.manifest import Manifest
-from singerlake.format.positions import BadBookmark, Position, Run, already_replayed, check_bookmark
+from singerlake.format.positions import Position, Run, already_replayed, check_bookmark
 from singerlake.lake import Lake
 from singerlake.replay.plan import file_batches, plan_files
 from singerlake.storage import Storage

@@ -15,7 +15,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from singerlake.errors import SingerlakeError
+from singerlake.spark.errors import ExecutorsNotReady
 from singerlake.spark.masters import is_local_master
 
 # What executors import: third-party modules (with the distribution to install for each), then ours.
@@ -29,10 +29,6 @@ LIBRARIES = {
 }
 PACKAGE = Path(__file__).parents[1]  # the installed ``singerlake`` folder
 SHIPPED = __name__  # importing this module on an executor proves the shipped package is there
-
-
-class ExecutorsNotReady(SingerlakeError, RuntimeError):
-    """The cluster's executors cannot run the core (a library missing, another Python)."""
 
 
 def core_archive() -> Path:

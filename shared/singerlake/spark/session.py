@@ -15,7 +15,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from singerlake.errors import ConfigError, SingerlakeError
+from singerlake.errors import ConfigError
+from singerlake.spark.errors import SparkStartError
 from singerlake.spark.java import ensure_java
 from singerlake.spark.jvm_cache import cds_java_options
 from singerlake.spark.masters import is_in_process_master, is_local_master, resolve_master
@@ -275,7 +276,3 @@ def runs_here(spark, one_task: bool) -> bool:
 def session_of(spark):
     """The SparkSession of ``spark``: itself, or an ``OnDemand``'s, started now."""
     return spark() if isinstance(spark, OnDemand) else spark
-
-
-class SparkStartError(SingerlakeError, RuntimeError):
-    pass

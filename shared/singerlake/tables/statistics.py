@@ -8,7 +8,8 @@ its entry as it is and is reported.
 
 from __future__ import annotations
 
-from singerlake.format.datafile import CorruptFile, open_data_file
+from singerlake.format.datafile import open_data_file
+from singerlake.format.errors import CorruptFile
 from singerlake.format.manifest import Manifest
 from singerlake.format.needs import FileNeeds, properties_of
 from singerlake.lake import Lake
