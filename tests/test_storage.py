@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import stat
@@ -283,6 +284,31 @@ def test_open_storage_s3(s3_root):
     storage.check_writable()
     storage.write("raw/x", b"1")
     assert open_storage(url + "/", **options).read("raw/x").data == b"1"
+
+
+def test_s3_read_whose_body_fails_its_checksum_is_made_again(s3_root):
+    """A body torn in transit (a real server's response, checked by botocore against a checksum it does
+    not match) is read again, and a read that keeps failing names the key."""
+    from botocore.httpchecksum import Crc32Checksum, StreamingChecksumBody
+
+    url, options = s3_root
+    storage = open_storage(url, **options)
+    storage.write("raw/x", b"the bytes")
+    real_get, torn = storage.client.get_object, [2]
+
+    def get_object(**kwargs):
+        response = real_get(**kwargs)
+        if torn[0]:
+            torn[0] -= 1
+            data = response["Body"].read()
+            response["Body"] = StreamingChecksumBody(io.BytesIO(data[:-1]), len(data) - 1, Crc32Checksum(), "AAAAAA==")
+        return response
+
+    storage.client.get_object = get_object
+    assert storage.read("raw/x").data == b"the bytes"  # two torn bodies, then the whole one
+    torn[0] = 3
+    with pytest.raises(StorageError, match=r"raw/x failed: FlexibleChecksumError"):
+        storage.read("raw/x")
 
 
 def test_s3_missing_bucket_names_the_bucket_and_hides_the_secret(s3_root):

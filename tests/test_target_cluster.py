@@ -63,13 +63,15 @@ def nearest_jvm(entry: dict) -> dict:
 
 
 SPARK_ERROR = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \| ERROR .*$", re.M)  # singerlake/log4j2.properties
+RETRIED = tuple(f"will retry ({n}/5)." for n in range(1, 5))  # Spark's own retries, not the last one
 
 
 def land(config: Path, small_input, tmp_path: Path, env: dict):
     run = run_to_end(config, small_input.lines, tmp_path, "cluster-run", env)
     assert run.states() == small_input.states, "every STATE, in order, after its records were committed"
     # The application ends cleanly: no executor relaunches, no "application FAILED" after success.
-    errors = SPARK_ERROR.findall(run.stderr)
+    # (A message Spark retries itself, e.g. a worker's report to a master slow under load, is no failure.)
+    errors = [line for line in SPARK_ERROR.findall(run.stderr) if not line.endswith(RETRIED)]
     assert not errors, "a successful run logged Spark errors:\n" + "\n".join(errors[:10])
     return run
 

@@ -22,6 +22,7 @@ _CLIENTS_LOCK = threading.Lock()
 
 _CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
+READ_ATTEMPTS = 3  # a read whose body fails its checksum (torn in transit) is made again, this many times in all
 
 
 class S3Storage(Storage):
@@ -110,12 +111,19 @@ class S3Storage(Storage):
         return StorageError(f"{action} {self.url_of(key)} failed: {type(exc).__name__}: {exc}")
 
     def read(self, key: str) -> Blob:
+        from botocore.exceptions import FlexibleChecksumError
+
         full_key = self._key(key)
-        try:
-            response = self.client.get_object(Bucket=self.bucket, Key=full_key)
-            return Blob(response["Body"].read(), response["ETag"])
-        except Exception as exc:
-            raise self._error(exc, key, "read") from exc
+        for attempt in range(1, READ_ATTEMPTS + 1):
+            try:
+                response = self.client.get_object(Bucket=self.bucket, Key=full_key)
+                return Blob(response["Body"].read(), response["ETag"])
+            except FlexibleChecksumError as exc:  # the body was torn on its way: read it again
+                if attempt == READ_ATTEMPTS:
+                    raise self._error(exc, key, "read") from exc
+            except Exception as exc:
+                raise self._error(exc, key, "read") from exc
+        raise AssertionError("unreachable")
 
     def read_etag(self, key: str) -> str:
         full_key = self._key(key)
