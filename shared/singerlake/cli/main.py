@@ -39,7 +39,7 @@ from singerlake.cli.output import (
 from singerlake.errors import ConfigError, run_command
 from singerlake.jobs.describe import describe_lake, describe_text, stream_locks
 from singerlake.lake import Lake
-from singerlake.storage import LocalStorage, PreconditionFailed
+from singerlake.storage import LocalStorage, PreconditionFailed, s3_options
 
 MIB = 1 << 20
 
@@ -49,12 +49,16 @@ def open_lake(args: argparse.Namespace, files: bool = False) -> Lake:
     if files:
         lake = open_files_lake(args)
     else:
-        options = {"region": args.s3_region, "profile": args.s3_profile, "endpoint_url": args.s3_endpoint_url}
-        lake = Lake.open(args.root, **options)
+        lake = Lake.open(args.root, **lake_options(args))
         lake.check_is_lake()
     if getattr(args, "spark_conf", None) is not None:  # a command that runs Spark jobs
         check_lake_reachable(args, lake)
     return lake
+
+
+def lake_options(args: argparse.Namespace) -> dict:
+    """The storage options of the command line's ``--s3-*`` options."""
+    return s3_options(lambda name: getattr(args, name, None))
 
 
 def check_spark_installed(args: argparse.Namespace) -> dict:
@@ -267,7 +271,7 @@ def cmd_docs(args: argparse.Namespace) -> int:
     site = build_site(lake, verified)
     places = []
     if args.out:
-        write_site(site, open_storage(args.out, region=args.s3_region, profile=args.s3_profile, endpoint_url=args.s3_endpoint_url))
+        write_site(site, open_storage(args.out, **lake_options(args)))
         places.append(args.out)
     if args.publish:
         write_site(site, lake.storage, SITE_PREFIX)
@@ -279,8 +283,7 @@ def cmd_docs(args: argparse.Namespace) -> int:
 
 def open_files_lake(args: argparse.Namespace) -> Lake:
     """A lake to query or fetch files from: it must exist and hold files or landed data."""
-    options = {"region": args.s3_region, "profile": args.s3_profile, "endpoint_url": args.s3_endpoint_url}
-    lake = Lake.open(args.root, **options)
+    lake = Lake.open(args.root, **lake_options(args))
     lake.check_exists()
     if not {"files", "raw"} & set(lake.storage.list_dirs("")):
         raise ConfigError(f"lake root {args.root} holds no lake: it has neither files/ nor raw/")
@@ -288,8 +291,7 @@ def open_files_lake(args: argparse.Namespace) -> Lake:
 
 
 def cmd_push(args: argparse.Namespace) -> int:
-    options = {"region": args.s3_region, "profile": args.s3_profile, "endpoint_url": args.s3_endpoint_url}
-    lake = Lake.open(args.root, **options)
+    lake = Lake.open(args.root, **lake_options(args))
     show = None if args.json else push_progress()
     use_spark = "always" if args.spark == "auto" and (args.spark_master or args.spark_remote) else args.spark
     spark = None if use_spark == "never" else lambda: start_push_spark(args, lake)  # started only for a push that runs on it
