@@ -39,7 +39,7 @@ from singerlake.cli.output import (
 from singerlake.errors import ConfigError, run_command
 from singerlake.jobs.describe import describe_lake, describe_text, stream_locks
 from singerlake.lake import Lake
-from singerlake.storage import LocalStorage, PreconditionFailed, s3_options
+from singerlake.storage import PreconditionFailed, s3_options
 
 MIB = 1 << 20
 
@@ -66,7 +66,9 @@ def check_spark_installed(args: argparse.Namespace) -> dict:
     if importlib.util.find_spec("pyspark") is None:  # the core alone (a tap's install) has no Spark
         hint = ", or add --no-hashes" if hasattr(args, "no_hashes") else ""
         raise ConfigError(f"singerlake {args.command} runs on Spark, which is not installed: pip install 'singerlake[spark]'{hint}")
-    return dict(_conf_pair(text) for text in args.spark_conf)
+    from singerlake.spark.placement import conf_of_options
+
+    return conf_of_options(args.spark_conf)
 
 
 def start_spark(args: argparse.Namespace):
@@ -76,27 +78,11 @@ def start_spark(args: argparse.Namespace):
     return spark_session(master=args.spark_master, remote=args.spark_remote, conf=conf, app_name=f"singerlake {args.command}")
 
 
-def _conf_pair(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.startswith("spark."):
-        raise ConfigError(f"--spark-conf {text!r}: expected KEY=VALUE with a key starting with 'spark.'")
-    return key, value
-
-
 def check_lake_reachable(args: argparse.Namespace, lake: Lake) -> None:
     """A lake on this machine's disk cannot be worked on by executors elsewhere, unless it is shared."""
-    from singerlake.spark.masters import runs_on_this_machine
+    from singerlake.spark.placement import check_lake_reachable
 
-    if (
-        isinstance(lake.storage, LocalStorage)
-        and not args.lake_root_shared
-        and not runs_on_this_machine(args.spark_master, args.spark_remote)
-    ):
-        where = args.spark_remote or args.spark_master or "$SPARK_REMOTE"
-        raise ConfigError(
-            f"lake root {args.root} is on this machine's disk, but the Spark executors of {where} may run elsewhere "
-            "and would not see it: use an s3:// lake root, or add --lake-root-shared if every executor mounts it at the same path"
-        )
+    check_lake_reachable(lake.storage, args.root, shared=args.lake_root_shared, master=args.spark_master, remote=args.spark_remote)
 
 
 def progress(args: argparse.Namespace, label: str):
@@ -308,15 +294,10 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 def start_push_spark(args: argparse.Namespace, lake: Lake):
     """The session a push runs on, once the executors are known to reach the lake and the pushed files."""
-    from singerlake.spark.masters import runs_on_this_machine
+    from singerlake.spark.placement import check_files_reachable
 
     check_lake_reachable(args, lake)
-    if not args.source_shared and not runs_on_this_machine(args.spark_master, args.spark_remote):
-        where = args.spark_remote or args.spark_master or "$SPARK_REMOTE"
-        raise ConfigError(
-            f"the files to push are on this machine's disk, but the Spark executors of {where} may run elsewhere and would not "
-            "read them: push with --spark never, or add --source-shared if every executor mounts them at the same path"
-        )
+    check_files_reachable(shared=args.source_shared, master=args.spark_master, remote=args.spark_remote)
     return start_spark(args)
 
 
