@@ -189,7 +189,7 @@ class TargetSingerlake(Target):
         """Executors elsewhere would write a local lake_root on their own disks: refuse, unless it is shared."""
         master, remote = self._spark_place()
         shared = bool(self.config.get("lake_root_shared"))
-        check_lake_reachable(lake.storage, lake.storage.root, shared=shared, master=master, remote=remote, words="setting")
+        check_lake_reachable(lake.storage, shared=shared, master=master, remote=remote, words="setting")
 
     def _start_spark(self) -> SparkStarter:
         conf = conf_of_setting(self.config.get("spark_conf"))

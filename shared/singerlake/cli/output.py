@@ -97,7 +97,7 @@ class ConsoleOutput(Output):
         print(as_table(columns, [tuple(r[c] for c in columns) for r in records]), file=self.out)
 
     def progress(self, label: str) -> JobProgress | None:
-        return JobProgress(label) if sys.stderr.isatty() else None
+        return JobProgress(label) if self.err.isatty() else None
 
     def push_progress(self) -> Callable[[int, int], None]:
         return push_progress()

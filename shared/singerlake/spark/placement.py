@@ -40,11 +40,12 @@ def where(master: str | None, remote: str | None) -> str:
 
 
 def check_lake_reachable(
-    storage: Storage, root: str, *, shared: bool, master: str | None, remote: str | None, words: str = "option"
+    storage: Storage, root: str | None = None, *, shared: bool, master: str | None, remote: str | None, words: str = "option"
 ) -> None:
-    """Refuse a lake root the executors would not see (``words``: "option" for the command, "setting" for the target)."""
+    """Refuse a lake root the executors would not see, named ``root`` (default: the local path); ``words``:
+    "option" for the command, "setting" for the target."""
     if out_of_reach(storage, shared, master, remote):
-        raise ConfigError(LAKE_OUT_OF_REACH[words].format(root=root, where=where(master, remote)))
+        raise ConfigError(LAKE_OUT_OF_REACH[words].format(root=root or storage.root, where=where(master, remote)))
 
 
 def check_files_reachable(*, shared: bool, master: str | None, remote: str | None) -> None:
