@@ -23,7 +23,7 @@ from singerlake.commits.commit import register_writer
 from singerlake.format.layout import StreamPaths, catalogue_key
 from singerlake.format.scan import scan_stream
 from singerlake.format.schema_hash import schema_hash
-from singerlake.landing.lander import LandingError
+from singerlake.landing.errors import LandingError
 from target_singerlake.target import TargetSingerlake
 from test_target_cluster import CLUSTER, nearest_jvm, probed_env, writers
 from test_target_crash import run_to_end

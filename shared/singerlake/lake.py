@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, BinaryIO
 
 from singerlake.commits.commit import compare_and_swap, update_manifest
 from singerlake.errors import ConfigError, SingerlakeError
@@ -230,9 +230,9 @@ class Lake:
 
         return record_of(self.storage, file_id)
 
-    def fetch(self, files, out: str | None = None, template: str | None = None, overwrite: bool = False) -> list:
-        """Write files (ids, or records as ``find_files`` gives them) to ``out`` (a path, a directory, or
-        ``-`` for stdout), hashes checked; a file already there is replaced only with ``overwrite`` (the
+    def fetch(self, files, out: str | BinaryIO | None = None, template: str | None = None, overwrite: bool = False) -> list:
+        """Write files (ids, or records as ``find_files`` gives them) to ``out`` (a path, a directory, a
+        binary stream, or ``-`` for stdout), hashes checked; a file already there is replaced only with ``overwrite`` (the
         same bytes there are left as they are). Returns what became of each (``files.fetch.Fetched``);
         raises ``FetchFailed`` (with them all) when some could not be fetched, after fetching the others."""
         from singerlake.files.errors import FetchFailed

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from singerlake.errors import ConfigError
-from singerlake.storage import DEFAULT_ROOT, S3_OPTIONS
+from singerlake.storage import DEFAULT_ROOT, s3_options
 
 
 class Setting(NamedTuple):
@@ -34,7 +34,7 @@ def lake_root(config: dict[str, Any]) -> str:
 
 def storage_options(config: dict[str, Any]) -> dict[str, Any]:
     """The ``s3_*`` settings as ``open_storage`` options."""
-    return {name: config.get(f"s3_{name}") for name in S3_OPTIONS}
+    return s3_options(config.get)
 
 
 def config_paths(argv: list[str]) -> Iterator[str]:

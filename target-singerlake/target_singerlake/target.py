@@ -34,8 +34,9 @@ from singerlake.settings import LAKE_LOCATION, invalid_settings, lake_root, stor
 from singerlake.spark.errors import SparkStartError
 from singerlake.spark.java import ensure_java
 from singerlake.spark.masters import resolve_master, runs_on_this_machine
+from singerlake.spark.placement import check_lake_reachable, conf_of_setting
 from singerlake.spark.session import SparkStarter, spark_session, stop_session
-from singerlake.storage import LocalStorage, StorageError
+from singerlake.storage import StorageError
 
 
 class UnusedSink(RecordSink):
@@ -188,22 +189,12 @@ class TargetSingerlake(Target):
 
     def _check_lake_reachable(self, lake: Lake) -> None:
         """Executors elsewhere would write a local lake_root on their own disks: refuse, unless it is shared."""
-        if isinstance(lake.storage, LocalStorage) and not self._on_this_machine() and not self.config.get("lake_root_shared"):
-            master, remote = self._spark_place()
-            raise ConfigError(
-                f"setting 'lake_root': {lake.storage.root} is on this machine's disk, but the executors of "
-                f"{remote or master} may run elsewhere and would write to their own disks: use an s3:// lake_root, "
-                "or set lake_root_shared: true if every executor mounts it at the same path"
-            )
+        master, remote = self._spark_place()
+        shared = bool(self.config.get("lake_root_shared"))
+        check_lake_reachable(lake.storage, shared=shared, master=master, remote=remote, words="setting")
 
     def _start_spark(self) -> SparkStarter:
-        conf = self.config.get("spark_conf") or {}
-        if not isinstance(conf, dict) or not all(isinstance(k, str) and k.startswith("spark.") for k in conf):
-            raise ConfigError("setting 'spark_conf' must be an object of Spark settings (keys starting with 'spark.')")
-        bad = [k for k, v in conf.items() if isinstance(v, (dict, list)) or v is None]
-        if bad:
-            raise ConfigError(f"setting 'spark_conf': values must be strings, numbers or booleans (see {bad})")
-
+        conf = conf_of_setting(self.config.get("spark_conf"))
         master, remote = self._spark_place()
         if remote is None:
             ensure_java()  # no Java: say so now, before any input is read or any stream is registered

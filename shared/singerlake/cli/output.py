@@ -1,5 +1,6 @@
-"""What the ``singerlake`` command prints: a result as text or JSON, failed streams on stderr, and
-query results as an aligned table, JSON or CSV. Errors are reported by ``singerlake.errors``."""
+"""What the ``singerlake`` command prints, all through one ``Output`` picked from its options: a result
+as text or JSON, failed streams and files on stderr, query results as an aligned table, JSON or CSV,
+and the progress of jobs and pushes. Errors are reported by ``singerlake.errors``."""
 
 from __future__ import annotations
 
@@ -9,41 +10,134 @@ import io
 import json
 import sys
 import unicodedata
-from typing import Any
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, BinaryIO, TextIO
 
 from singerlake.format.exact import json_text, json_value
 
 
-def emit(args: argparse.Namespace, doc, text: str) -> None:
-    print(json.dumps(doc, indent=1, ensure_ascii=False) if args.json else text)
+class Output(ABC):
+    """Where a command's results go, picked once from its options (``output_for``): ``ConsoleOutput``
+    prints text, ``JsonOutput`` JSON documents (``--json``: no progress), ``CsvOutput`` query rows as
+    CSV (``sql --csv``). Failed streams and files, notes and progress go to stderr."""
+
+    mode = "table"  # how query rows print (and the sql shell's first .mode)
+
+    def __init__(self, command: str):
+        self.command = command  # as the command line named it: lines on stderr start "singerlake <command>: "
+
+    # The streams are looked up when written to: a test, or a session of several commands, swaps them.
+    @property
+    def out(self) -> TextIO:
+        return sys.stdout
+
+    @property
+    def err(self) -> TextIO:
+        return sys.stderr
+
+    @property
+    def data(self) -> BinaryIO:
+        """Where bytes go as they are (``fetch --out -``: the files themselves)."""
+        return sys.stdout.buffer
+
+    @abstractmethod
+    def result(self, doc: Any, text: str) -> None:
+        """A command's result: ``doc`` as one JSON document, or ``text``."""
+
+    @abstractmethod
+    def records(self, records: list[dict], columns: list[str]) -> None:
+        """Records: whole, as a JSON list, or a table of their ``columns``."""
+
+    def rows(self, columns: list[str], rows: list[tuple]) -> None:
+        """A query's result: an aligned table, JSON rows or CSV."""
+        print(ROWS[self.mode](columns, rows), file=self.out)
+
+    @abstractmethod
+    def progress(self, label: str) -> Callable[[int, int, int, int], None] | None:
+        """A job's progress drawing (``JobProgress``), or None where none is drawn."""
+
+    @abstractmethod
+    def push_progress(self) -> Callable[[int, int], None] | None:
+        """A push's count of files stored (``push_progress``), or None where none is drawn."""
+
+    def note(self, text: str) -> None:
+        """A line on stderr that is no result (what the command is doing)."""
+        print(text, file=self.err, flush=True)
+
+    def finish(self, doc: dict, text: str, failures: list, problems: bool = False) -> int:
+        """Print a stream job's result with its failed streams (one line each on stderr, and in the JSON
+        document); exit 1 when a stream failed (or ``problems``), else 0."""
+        self.result({**doc, "failures": [f.to_dict() for f in failures]}, text)
+        for failure in failures:
+            print(f"singerlake {self.command}: failed: {failure}", file=self.err)
+        if failures:
+            print(f"singerlake {self.command}: {len(failures)} stream(s) failed; the others finished", file=self.err)
+        return 1 if failures or problems else 0
+
+    def fetched(self, outcomes: list) -> int:
+        """Each file that could not be fetched (``files.fetch.Fetched``), one line on stderr naming its id
+        and target; exit 1 if any."""
+        failed = [o for o in outcomes if o.failed]
+        for outcome in failed:
+            where = f"{outcome.record['id']} -> {printable(outcome.place)}"
+            print(f"singerlake {self.command}: failed: {where}: {printable(outcome.error)}", file=self.err)
+        if failed:
+            print(f"singerlake {self.command}: {len(failed)} of {len(outcomes)} file(s) not fetched; the others were", file=self.err)
+        return 1 if failed else 0
 
 
-def finish(args: argparse.Namespace, doc: dict, text: str, failures: list, problems: bool = False) -> int:
-    """Print a stream job's result with its failed streams (one line each on stderr, and in the JSON
-    document); exit 1 when a stream failed (or ``problems``), else 0."""
-    emit(args, {**doc, "failures": [f.to_dict() for f in failures]}, text)
-    for failure in failures:
-        print(f"singerlake {args.command}: failed: {failure}", file=sys.stderr)
-    if failures:
-        print(f"singerlake {args.command}: {len(failures)} stream(s) failed; the others finished", file=sys.stderr)
-    return 1 if failures or problems else 0
+class ConsoleOutput(Output):
+    """Text for people: results as lines, progress drawn on a terminal."""
+
+    def result(self, doc: Any, text: str) -> None:
+        print(text, file=self.out)
+
+    def records(self, records: list[dict], columns: list[str]) -> None:
+        print(as_table(columns, [tuple(r[c] for c in columns) for r in records]), file=self.out)
+
+    def progress(self, label: str) -> JobProgress | None:
+        return JobProgress(label) if self.err.isatty() else None
+
+    def push_progress(self) -> Callable[[int, int], None]:
+        return push_progress()
+
+
+class CsvOutput(ConsoleOutput):
+    """``sql --csv``: query rows as CSV (a header row, then the rows), the rest as text."""
+
+    mode = "csv"
+
+
+class JsonOutput(Output):
+    """``--json``: one JSON document per result, for programs; no progress."""
+
+    mode = "json"
+
+    def result(self, doc: Any, text: str) -> None:
+        print(json.dumps(doc, indent=1, ensure_ascii=False), file=self.out)
+
+    def records(self, records: list[dict], columns: list[str]) -> None:
+        self.result(records, "")
+
+    def progress(self, label: str) -> None:
+        return None
+
+    def push_progress(self) -> None:
+        return None
+
+
+def output_for(args: argparse.Namespace) -> Output:
+    """The command's output, from its options: --csv (sql) before --json, else text."""
+    if getattr(args, "csv", False):
+        return CsvOutput(args.command)
+    return JsonOutput(args.command) if args.json else ConsoleOutput(args.command)
 
 
 def fetched_text(outcomes: list) -> str:
     """A line per file fetched, or found there already (``files.fetch.Fetched``): ``id -> place``."""
     said = {"fetched": "", "already there": " (already there)"}
     return "\n".join(f"{o.record['id']} -> {printable(o.place)}{said[o.outcome]}" for o in outcomes if not o.failed)
-
-
-def report_fetched(args: argparse.Namespace, outcomes: list) -> int:
-    """Each file that could not be fetched, one line on stderr naming its id and target; exit 1 if any."""
-    failed = [o for o in outcomes if o.failed]
-    for outcome in failed:
-        where = f"{outcome.record['id']} -> {printable(outcome.place)}"
-        print(f"singerlake {args.command}: failed: {where}: {printable(outcome.error)}", file=sys.stderr)
-    if failed:
-        print(f"singerlake {args.command}: {len(failed)} of {len(outcomes)} file(s) not fetched; the others were", file=sys.stderr)
-    return 1 if failed else 0
 
 
 # -- text a name may be in ----------------------------------------------------------------------------
@@ -124,3 +218,6 @@ def push_progress():
         print(f"{start}singerlake push: {done:,}/{total:,} files", end=end, file=sys.stderr, flush=True)
 
     return show
+
+
+ROWS: dict[str, Callable[[list[str], list[tuple]], str]] = {"table": as_table, "json": as_json, "csv": as_csv}

@@ -14,16 +14,16 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
 
-from singerlake.cli.output import as_csv, as_json, as_table
+from singerlake.cli.output import ROWS
 from singerlake.errors import SingerlakeError, one_line
 
 PROMPT = "singerlake> "
 CONTINUATION = "       ...> "
-FORMATS: dict[str, Callable[[list[str], list[tuple]], str]] = {"table": as_table, "json": as_json, "csv": as_csv}
+FORMATS = ROWS  # as the one-shot command prints a query's rows
 QUIT = {".quit", ".exit", "\\q", "quit", "exit"}
 HELP = """\
 End each SQL statement with ; (it may span lines). Each stream of the tap is a view named by the

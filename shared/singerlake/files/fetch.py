@@ -89,13 +89,17 @@ class Fetched:
         return {**doc, "error": self.error} if self.failed else doc
 
 
-def fetch(storage: Storage, records: list[dict], out: str | None, template: str = DEFAULT_NAME, overwrite: bool = False) -> list[Fetched]:
-    """Write each file: to stdout (``-``), to ``out`` as a file (one record, not a directory), or into
-    the directory ``out`` (default: here) under ``template``. What became of each, in order."""
-    if out == "-":
+def fetch(
+    storage: Storage, records: list[dict], out: str | BinaryIO | None, template: str = DEFAULT_NAME, overwrite: bool = False
+) -> list[Fetched]:
+    """Write each file: one after another to a binary stream ``out`` (``-``: stdout), to ``out`` as a file
+    (one record, not a directory), or into the directory ``out`` (default: here) under ``template``.
+    What became of each, in order."""
+    if out == "-" or not (out is None or isinstance(out, str)):
+        stream = sys.stdout.buffer if out == "-" else out  # "-": stdout, as the Python API offers it (the CLI gives its own)
         for record in records:
-            copy_verified(storage, record, sys.stdout.buffer)
-        sys.stdout.buffer.flush()
+            copy_verified(storage, record, stream)
+        stream.flush()
         return [Fetched(record, "-", FETCHED) for record in records]
     records = list({record["id"]: record for record in records}.values())  # a file named twice is written once
     targets = _targets(records, out, template)

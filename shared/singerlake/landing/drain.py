@@ -32,6 +32,7 @@ from singerlake.landing.errors import LandingError
 from singerlake.landing.spark_write import FileJob, batch_table, write_with_spark
 from singerlake.landing.writer import SchemaWriter
 from singerlake.pause import pause_point
+from singerlake.spark.masters import is_connect
 from singerlake.times import iso_ms
 
 log = logging.getLogger("singerlake.landing")
@@ -299,15 +300,11 @@ def _release(writer: SchemaWriter) -> Exception | None:
     return None
 
 
-def _is_connect(spark) -> bool:
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
 def _label_jobs(spark, group: str, description: str) -> None:
     """Name the batch's Spark job in the UI and the status tracker (Spark Connect has no job groups)."""
-    if not _is_connect(spark):
+    if not is_connect(spark):
         spark.sparkContext.setJobGroup(group, description)
 
 
 def _jobs_in_group(spark, group: str) -> int | None:
-    return None if _is_connect(spark) else len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+    return None if is_connect(spark) else len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))

@@ -33,7 +33,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from singerlake.errors import ConfigError
 from singerlake.lake import Lake
-from singerlake.storage import S3_OPTIONS, Storage
+from singerlake.storage import Storage, s3_options
 
 NAME = "singerlake-files"
 _S, _L, _TS = T.StringType(), T.LongType(), T.TimestampType()
@@ -89,7 +89,7 @@ class FilesDataSource(DataSource):
         root = self.options.get("path")
         if not root:
             raise ConfigError(f"{NAME} data source: give the lake root to load()")
-        lake = Lake.open(root, **{name: self.options.get(f"s3_{name}") for name in S3_OPTIONS})
+        lake = Lake.open(root, **s3_options(self.options.get))
         lake.check_exists()
         return lake
 

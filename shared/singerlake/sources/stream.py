@@ -44,7 +44,7 @@ from singerlake.format.manifest import Manifest
 from singerlake.format.positions import Position, check_bookmark
 from singerlake.lake import Lake
 from singerlake.replay.plan import columns, file_batches, plan_files, planned_needs
-from singerlake.storage import S3_OPTIONS, Storage
+from singerlake.storage import Storage, s3_options
 
 
 class SingerlakeDataSource(DataSource):
@@ -59,8 +59,7 @@ class SingerlakeDataSource(DataSource):
         return value
 
     def _lake(self) -> Lake:
-        options = {name: self.options.get(f"s3_{name}") for name in S3_OPTIONS}
-        lake = Lake.open(self._option("path"), **options)
+        lake = Lake.open(self._option("path"), **s3_options(self.options.get))
         lake.check_exists()
         return lake
 

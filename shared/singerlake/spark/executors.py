@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 from singerlake.spark.errors import ExecutorsNotReady
-from singerlake.spark.masters import is_local_master
+from singerlake.spark.masters import is_connect, is_local_master
 
 # What executors import: third-party modules (with the distribution to install for each), then ours.
 LIBRARIES = {
@@ -56,7 +56,7 @@ def prepare_executors(session) -> None:
     if getattr(session, "_singerlake_executors_ready", False) or not runs_elsewhere(session):
         return
     archive = str(core_archive())
-    if _is_connect(session):
+    if is_connect(session):
         session.addArtifacts(archive, pyfile=True)
     else:
         session.sparkContext.addPyFile(archive)
@@ -68,7 +68,7 @@ def prepare_executors(session) -> None:
 
 def runs_elsewhere(session) -> bool:
     """Whether the session's executors may be other machines' processes (a cluster, Spark Connect)."""
-    return _is_connect(session) or not is_local_master(session.sparkContext.master)
+    return is_connect(session) or not is_local_master(session.sparkContext.master)
 
 
 def _probe(session) -> list[str]:
@@ -98,7 +98,7 @@ def _probe(session) -> list[str]:
 
 def default_parallelism(session) -> int:
     """The cluster's default parallelism (cores), also on Spark Connect, which has no SparkContext."""
-    if not _is_connect(session):
+    if not is_connect(session):
         return max(1, session.sparkContext.defaultParallelism)
     cached = getattr(session, "_singerlake_parallelism", None)
     if cached is None:
@@ -108,7 +108,3 @@ def default_parallelism(session) -> int:
         cached = session.range(0, 1 << 16).select(F.spark_partition_id().alias("p")).agg(F.max("p")).first()[0] + 1
         session._singerlake_parallelism = cached
     return cached
-
-
-def _is_connect(session) -> bool:
-    return type(session).__module__.startswith("pyspark.sql.connect")

@@ -30,6 +30,11 @@ def resolve_master(master: str | None, remote: str | None) -> tuple[str, str | N
     return master or "local[*]", remote
 
 
+def is_connect(session) -> bool:
+    """Whether ``session`` is a Spark Connect client's (no SparkContext, no job groups, no status tracker)."""
+    return type(session).__module__.startswith("pyspark.sql.connect")
+
+
 def runs_on_this_machine(master: str | None, remote: str | None = None) -> bool:
     """Whether every executor shares this machine's disk (a local master, not Spark Connect)."""
     master, remote = resolve_master(master, remote)

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from singerlake.errors import one_line
 from singerlake.spark.errors import StreamsFailed
+from singerlake.spark.masters import is_connect
 from singerlake.spark.results import result_batch, result_schema
 from singerlake.spark.session import runs_here, session_of
 
@@ -104,7 +105,7 @@ class _Watcher:
         self.spark = spark
         self._stop = threading.Event()
         self._thread = None
-        if type(spark).__module__.startswith("pyspark.sql.connect"):
+        if is_connect(spark):
             spark.registerProgressHandler(self._on_connect_progress)
         else:
             self.tracker = spark.sparkContext.statusTracker()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from singerlake.storage.base import Blob, NotFound, ObjectInfo, PreconditionFailed, Storage, StorageError
@@ -23,17 +25,24 @@ __all__ = [
     "Storage",
     "StorageError",
     "open_storage",
+    "s3_options",
 ]
 
 
-def open_storage(root: str | None = None, **s3_options) -> Storage:
-    """``s3_options`` (region, profile, endpoint_url, keys) apply to ``s3://`` roots only."""
+def s3_options(get: Callable[[str], Any], prefix: str = "s3_") -> dict[str, Any]:
+    """The ``open_storage`` options of a command line, a plugin's settings or a data source's options:
+    each option ``get(prefix + name)`` (``s3_region``, ``s3_endpoint_url``...), None where not given."""
+    return {name: get(prefix + name) for name in S3_OPTIONS}
+
+
+def open_storage(root: str | None = None, **options) -> Storage:
+    """The S3 ``options`` (region, profile, endpoint_url, keys) apply to ``s3://`` roots only."""
     root = root or DEFAULT_ROOT
-    unknown = set(s3_options) - set(S3_OPTIONS)
+    unknown = set(options) - set(S3_OPTIONS)
     if unknown:
         raise StorageError(f"unknown storage options: {sorted(unknown)}")
     if root.startswith("s3://"):
-        return S3Storage(root, **{k: v for k, v in s3_options.items() if v})
+        return S3Storage(root, **{k: v for k, v in options.items() if v})
     if root.startswith("file://"):
         parsed = urlparse(root)
         if parsed.netloc not in ("", "localhost"):

@@ -1,0 +1,194 @@
+"""The lake jobs of the ``singerlake`` command (ls, verify, repair, vacuum, compact, project, upgrade,
+sql, locks, docs): each runs its job on the lake and gives the result to the command's ``Output``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from singerlake.cli.lakes import check_spark_installed, lake_options, open_lake, start_spark
+from singerlake.cli.output import Output
+from singerlake.errors import ConfigError
+from singerlake.jobs.describe import describe_lake, describe_text, stream_locks
+from singerlake.storage import PreconditionFailed
+
+MIB = 1 << 20
+
+
+def cmd_ls(args: argparse.Namespace, output: Output) -> int:
+    report = describe_lake(open_lake(args))
+    output.result(report, describe_text(report))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace, output: Output) -> int:
+    from singerlake.jobs.verify import verify
+
+    lake = open_lake(args)
+    spark = None if args.no_hashes else start_spark(args)
+    failures: list = []
+    findings = verify(lake, spark, check_hashes=not args.no_hashes, progress=output.progress("verify"), failures=failures)
+    if findings or failures:
+        summary = f"{len(findings)} problem(s) found" + (f"; {len(failures)} stream(s) could not be checked" if failures else "")
+    else:
+        summary = "clean: metadata and storage agree"
+    doc = {"clean": not findings and not failures, "findings": [f.to_dict() for f in findings]}
+    return output.finish(doc, "\n".join([*map(str, findings), summary]), failures, problems=bool(findings))
+
+
+def cmd_repair(args: argparse.Namespace, output: Output) -> int:
+    from singerlake.jobs.repair import repair
+
+    lake = open_lake(args)
+    failures: list = []
+    actions = repair(lake, start_spark(args), apply=args.apply, progress=output.progress("repair"), failures=failures)
+    verb = "done" if args.apply else "would do (dry run; --apply to change the lake)"
+    text = "\n".join([*map(str, actions), f"{len(actions)} change(s) {verb}" if actions else "nothing to repair"])
+    return output.finish({"applied": args.apply, "actions": [a.to_dict() for a in actions]}, text, failures)
+
+
+def cmd_vacuum(args: argparse.Namespace, output: Output) -> int:
+    from singerlake.jobs.vacuum import parse_duration, vacuum
+
+    retention = parse_duration(args.retention)
+    lake = open_lake(args)
+    notes: list[str] = []
+    deletions = vacuum(lake, retention, apply=args.apply, force=args.force, iceberg_catalog=args.iceberg_catalog, notes=notes)
+    freed = sum(d.size for d in deletions)
+    verb = "deleted" if args.apply else "would be deleted (dry run; --apply to delete)"
+    lines = [*map(str, deletions), *(f"left for a later pass: {note}" for note in notes)]
+    text = "\n".join([*lines, f"{len(deletions)} file(s), {freed:,} bytes {verb}"])
+    output.result({"applied": args.apply, "deletions": [d.to_dict() for d in deletions], "left": notes}, text)
+    return 0
+
+
+def cmd_compact(args: argparse.Namespace, output: Output) -> int:
+    from singerlake.jobs.compact import compact
+
+    lake = open_lake(args)
+    failures: list = []
+    target_bytes = int(args.target_size_mib * MIB)
+    results = compact(
+        lake, start_spark(args), args.tap, args.stream, target_bytes=target_bytes, progress=output.progress("compact"), failures=failures
+    )
+    text = "\n".join(
+        f"{r.stream}: {r.files_before:,} -> {r.files_after:,} files ({r.groups} merged, {r.bytes_merged:,} bytes)" for r in results
+    )
+    return output.finish({"streams": [r.to_dict() for r in results]}, text or "no streams", failures)
+
+
+def cmd_project(args: argparse.Namespace, output: Output) -> int:
+    check_spark_installed(args)  # first: the projection imports Spark's types, though a small run may not start it
+    from singerlake.spark.session import OnDemand
+    from singerlake.tables.project import check_formats, project
+
+    lake = open_lake(args)
+    failures: list = []
+    formats = args.formats.split(",")
+    check_formats(lake, formats, args.iceberg_catalog)  # before Spark starts: a wrong format or catalog fails at once
+    results = project(
+        lake,
+        OnDemand(lambda: start_spark(args), args.spark_master, args.spark_remote),
+        args.tap,
+        args.stream,
+        formats=formats,
+        progress=output.progress("project"),
+        failures=failures,
+        hard_delete=args.hard_delete,
+        iceberg_catalog=args.iceberg_catalog,
+    )
+    text = "\n".join(
+        f"{r['stream']}: {r['new_records']:,} new records, {r['rows']:,} current rows -> {r['table']} (version {r['version']})"
+        for r in results
+    )
+    return output.finish({"streams": results}, text or "no streams", failures)
+
+
+def cmd_upgrade(args: argparse.Namespace, output: Output) -> int:
+    from singerlake.jobs.upgrade import upgrade
+
+    lake = open_lake(args)
+    failures: list = []
+    upgrades = upgrade(lake, apply=args.apply, failures=failures, spark=lambda: start_spark(args))
+    verb = "upgraded" if args.apply else "to upgrade (dry run; --apply to convert)"
+    summary = f"{len(upgrades)} stream(s) {verb}" if upgrades else "nothing to upgrade: every manifest is 2.0, with column statistics"
+    text = "\n".join([*map(str, upgrades), summary])
+    return output.finish({"applied": args.apply, "streams": [u.to_dict() for u in upgrades]}, text, failures)
+
+
+def cmd_sql(args: argparse.Namespace, output: Output) -> int:
+    from singerlake.tables.sql import SqlSession, chosen_tap, run_query
+
+    lake = open_lake(args)
+    if args.query is not None:
+        columns, rows = run_query(lake, start_spark(args), args.query, tap_id=args.tap, raw=args.raw)
+        output.rows(columns, rows)
+        return 0
+    from singerlake.cli.shell import Shell, quiet, run_interactive, run_piped
+
+    tap_id = chosen_tap(lake, args.tap)  # a wrong tap fails before Spark starts
+    interactive = sys.stdin.isatty()
+    if interactive:
+        output.note("singerlake sql: starting Spark...")
+    started = time.perf_counter()
+    spark = start_spark(args)
+    quiet(spark)
+    session = SqlSession(lake, spark, tap_id, raw=args.raw)
+    shell = Shell(session, mode=output.mode, out=output.out, err=output.err)
+    if not interactive:
+        return run_piped(shell, sys.stdin)
+    views = f"{len(session.streams)} stream(s) of {tap_id} as views ({'every record' if args.raw else 'current rows'})"
+    return run_interactive(shell, f"Spark started in {time.perf_counter() - started:.1f} s; {views}. End statements with ; .help for help")
+
+
+def cmd_locks(args: argparse.Namespace, output: Output) -> int:
+    lake = open_lake(args)
+    locks = [lock for tap in lake.taps() for stream in lake.streams(tap) for lock in stream_locks(lake, tap, stream)]
+    if args.break_lock:
+        if not args.force:
+            raise ConfigError("breaking a lock can let two writers commit at once: add --force if its writer is really gone")
+        if args.break_lock not in {lock["path"] for lock in locks}:  # only a lock: never a manifest or data file
+            raise ConfigError(f"--break {args.break_lock}: not a lock held in this lake (`singerlake locks` lists them)")
+        try:
+            etag = lake.storage.read_etag(args.break_lock)
+            lake.storage.delete(args.break_lock, if_match=etag)
+        except PreconditionFailed:
+            raise ConfigError(f"{args.break_lock} changed while breaking it (its writer is alive): not broken") from None
+        output.result({"broken": args.break_lock}, f"broke {args.break_lock}")
+        return 0
+    text = "\n".join(
+        f"{lock['path']}: {lock['writer_id']}, refreshed {lock['refreshed']}{' (stale)' if lock['stale'] else ''}" for lock in locks
+    )
+    output.result(locks, text or "no locks")
+    return 0
+
+
+def cmd_docs(args: argparse.Namespace, output: Output) -> int:
+    from singerlake.site.pages import SITE_PREFIX, VerifyResult, build_site, write_site
+    from singerlake.storage import open_storage
+
+    if not args.out and not args.publish:
+        raise ConfigError("say where the site goes: --out DIR, --publish (under the lake root's docs/), or both")
+    lake = open_lake(args, files=True)  # a lake of pushed files alone has a site too
+    verified = None
+    if args.verify:
+        from singerlake.jobs.verify import verify
+
+        spark = None if args.no_hashes else start_spark(args)
+        checked: list = []
+        findings = verify(lake, spark, check_hashes=not args.no_hashes, progress=output.progress("verify"), failures=checked)
+        verified = VerifyResult(findings, checked)
+    site = build_site(lake, verified)
+    places = []
+    if args.out:
+        write_site(site, open_storage(args.out, **lake_options(args)))
+        places.append(args.out)
+    if args.publish:
+        write_site(site, lake.storage, SITE_PREFIX)
+        places.append(lake.storage.url_of(SITE_PREFIX))
+    whats = f", {site.whats} whats of files" if site.whats else ""
+    text = f"{len(site.pages)} pages ({site.streams} streams{whats}) written to {' and '.join(places)}"
+    return output.finish(
+        {"pages": len(site.pages), "streams": site.streams, "whats": site.whats, "written_to": places}, text, site.problems
+    )
