@@ -20,7 +20,6 @@ import pytest
 from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lakes import TAP, joined, land, local_lake_at, ms, record_msg, schema_msg
 from singerlake.format.columnar import in_one_strict_form, one_per_line, parse_times, read_lines, typed_texts
 from singerlake.format.exact import decode, join_all, parse_date, parse_timestamp, records_needs, typed_table
 from singerlake.format.messages import cut_record_lines, decode_record_parts
@@ -30,6 +29,7 @@ from singerlake.tables.plan import plan_stream
 from singerlake.tables.project import project
 from singerlake.tables.staging import bulk_staging_rows, file_staging_rows, key_text, key_texts, record_times, staging_schema
 from singerlake.times import parse_time_ms
+from support.lakes import TAP, joined, land, local_lake_at, ms, record_msg, schema_msg
 
 PROPERTIES = {
     "id": {"type": "integer"},

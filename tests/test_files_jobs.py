@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from cli_session import CliSession
 from singerlake.files import index, layout
 from singerlake.lake import Lake
+from support.cli_session import CliSession
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:

@@ -11,10 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_session import CliSession
-from conftest import _s3_root_on
-from lakes import local_lake_at, s3_lake_at
-from s3_servers import S3_KEYS
 from singerlake.files import push as push_module
 from singerlake.files import spark_push
 from singerlake.files.store import Source
@@ -23,6 +19,9 @@ from singerlake.sources import register
 from singerlake.spark.session import spark_session
 from singerlake.storage import S3Storage, open_storage
 from singerlake.times import parse_time_ms
+from support.cli_session import CliSession
+from support.lakes import local_lake_at, s3_lake_at
+from support.s3_servers import S3_KEYS, s3_root_on
 
 CLI = shutil.which("singerlake", path=str(Path(sys.executable).parent)) or "singerlake"
 DAY_MS = 24 * 3600 * 1000
@@ -209,7 +208,7 @@ def files_lake(lake: Lake, directory: Path) -> dict[str, bytes]:
 @pytest.fixture(params=["local", "moto", pytest.param("seaweedfs", marks=pytest.mark.heavy)])
 def files_in(request, tmp_path) -> tuple[Lake, dict, dict[str, str]]:
     """A lake on each backend with ``files_lake``'s files, and the data source's options to reach it."""
-    lake = local_lake_at(tmp_path) if request.param == "local" else s3_lake_at(_s3_root_on(request))
+    lake = local_lake_at(tmp_path) if request.param == "local" else s3_lake_at(s3_root_on(request))
     opened = Lake(lake.storage)
     made = files_lake(opened, tmp_path / "src")
     options = {f"s3_{name}": value for name, value in lake.storage.open_options().items()}

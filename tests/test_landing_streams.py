@@ -17,16 +17,16 @@ from collections import Counter
 from contextlib import redirect_stdout
 
 import pytest
-from lakes import TAP, LakeUnderTest, joined, record_msg, schema_msg, state_msg
 from singerlake import Lake
 from singerlake.commits.commit import register_writer
 from singerlake.format.layout import StreamPaths, catalogue_key
 from singerlake.format.scan import scan_stream
 from singerlake.format.schema_hash import schema_hash
 from singerlake.landing.lander import LandingError
+from support.lakes import TAP, LakeUnderTest, joined, record_msg, schema_msg, state_msg
+from support.probes import CLUSTER, nearest_jvm, probed_env, writers
+from support.target_runs import run_to_end
 from target_singerlake.target import TargetSingerlake
-from test_target_cluster import CLUSTER, nearest_jvm, probed_env, writers
-from test_target_crash import run_to_end
 
 SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}}
 # Streams per batch in the request-counting tests: several times any storage's commit pool (S3: 32 threads).

@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
-from children import _BOOT
 from deltalake import DeltaTable
-from lakes import TAP, joined, land, local_lake_at, record_msg, schema_msg
 from singerlake import Lake
 from singerlake.storage import LocalStorage
 from singerlake.tables import delta
-from test_target_crash import kill_tree
+from support.children import _BOOT
+from support.lakes import TAP, joined, land, local_lake_at, record_msg, schema_msg
+from support.processes import kill_tree
 
 pytestmark = pytest.mark.heavy  # each run starts Spark in its own process, killed with its workers
 

@@ -12,10 +12,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from lakes import joined, land, record_msg, schema_msg
 from singer_sdk.testing import get_tap_test_class
+from support.lakes import joined, land, record_msg, schema_msg
+from support.taps import of_type, replay
 from tap_singerlake.tap import TapSingerlake
-from test_tap import of_type, replay
 
 SUITE_AREA = Path(tempfile.mkdtemp(prefix="singerlake-tap-suite-"))
 SUITE_CONFIG = {"lake_root": str(SUITE_AREA / "lake"), "tap_id": "tap-fixture"}

@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-from lakes import CLI as TARGET_CLI
-from lakes import LakeUnderTest
 from singerlake.commits.lock import LockInfo
 from singerlake.lake import Lake
 from singerlake.times import iso_ms, now_ms
+
+from support.lakes import CLI as TARGET_CLI
+from support.lakes import LakeUnderTest
 
 HANG_S = 300  # hang detector, not a speed limit
 SINGERLAKE = [sys.executable, "-m", "singerlake.cli"]
