@@ -18,6 +18,12 @@ def _stat(pid: int) -> tuple[int, int, str] | None:
     return int(fields[1]), int(fields[2]), fields[0]
 
 
+def process_state(pid: int) -> str | None:
+    """A live process's state (R, S, T: stopped, Z...), or None."""
+    info = _stat(pid)
+    return info[2] if info else None
+
+
 def descendants(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
