@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 
 import pytest
 from deltalake import DeltaTable
+from singerlake.format.layout import LOCK
 from singerlake.jobs.vacuum import vacuum
+from singerlake.storage import PreconditionFailed
 from singerlake.tables import delta
+from singerlake.tables import iceberg as iceberg_module
 from singerlake.tables.delta import storage_options, table_key
 from singerlake.tables.iceberg import DELTA_VERSION, fileio_properties, identifier, open_catalog, snapshot_files, sync
 from singerlake.tables.project import project
@@ -21,6 +25,7 @@ from support.lake_cli import LakeCli, cli_env, open_lake, run_cli
 from support.lakes import TAP, LakeUnderTest, duckdb_for, s3_lake_at
 from support.projections import FIRST, STREAM, by_id, check_exact, land_records, uri
 from support.s3_servers import new_bucket
+from support.storage import Counting
 
 pytest.importorskip("pyiceberg")
 
@@ -147,7 +152,7 @@ def test_type_changes_and_runs_without_iceberg_are_caught_up(local_lake, catalog
     assert not [d.path for d in deletions if "/_iceberg/" in d.path]
 
 
-def test_concurrent_commits_to_one_table_are_serialised_and_many_streams_share_the_catalog(local_lake, catalog_env, spark):
+def test_concurrent_commits_to_one_table_are_serialised_and_many_streams_share_the_catalog(local_lake, catalog_env, spark, monkeypatch):
     """Two syncs of one table at once (two runs): the lake's lock lets one create the table and commit, the other then
     finds that version mirrored. Several streams commit to one SQLite catalog in one run (the driver's threads)."""
     schema = {"type": "object", "properties": {"id": {"type": "integer"}, "s": {"type": "string"}}}
@@ -158,15 +163,67 @@ def test_concurrent_commits_to_one_table_are_serialised_and_many_streams_share_t
     storage, published = local_lake.storage, delta.latest(local_lake.storage, table_key(TAP, "s0"))
     arrow_schema = DeltaTable(uri(local_lake, "s0")).to_pyarrow_table().schema
     catalogs = [open_catalog("lake", storage) for _ in range(2)]
-    with ThreadPoolExecutor(2) as pool:
-        snapshots = list(pool.map(lambda catalog: sync(storage, catalog, TAP, "s0", published, arrow_schema), catalogs))
+    with monkeypatch.context() as patch, ThreadPoolExecutor(2) as pool:
+        overlap = Overlap(patch, catalogs)
+        runs = [pool.submit(sync, overlap.storage(storage, n), catalogs[n], TAP, "s0", published, arrow_schema) for n in range(2)]
+        snapshots = [run.result() for run in runs]
     table = catalogs[0].load_table(identifier(TAP, "s0"))
-    assert len(table.snapshots()) == 1 and snapshots == [table.current_snapshot().snapshot_id] * 2
+    assert len(table.snapshots()) == 1 and snapshots == [table.current_snapshot().snapshot_id] * 2, (table.snapshots(), snapshots)
+    # They overlapped: the second to read the table's metadata was refused the table's lock before, while the first held it.
+    reads = [run for event, run in overlap.events if event == "read"]
+    assert sorted(reads) == [0, 1] and ("refused", reads[1]) in overlap.events, overlap.events
+    assert overlap.events.index(("refused", reads[1])) < overlap.events.index(("read", reads[1])), overlap.events
 
     results = project(open_lake(local_lake), spark, TAP, formats=["delta", "iceberg"], iceberg_catalog="lake")
     assert sorted(result["stream"] for result in results) == streams
     for stream in streams:
         assert catalogs[0].load_table(identifier(TAP, stream)).scan().to_arrow().to_pylist() == [{"id": 1, "s": stream}]
+
+
+class Overlap:
+    """Two syncs of one table, run ``n`` with ``catalogs[n]`` and ``storage(n)``, forced to overlap: the first to read the
+    table's metadata (inside the table's lock) waits there until the other has been refused that lock, or, were nothing
+    serialising them, has read the metadata too. ``events``: ("read", n) and ("refused", n), in order."""
+
+    def __init__(self, monkeypatch, catalogs: list, hold_s: float = 60):
+        self.catalogs, self.hold_s = catalogs, hold_s
+        self.events: list[tuple[str, int]] = []
+        self.changed = threading.Condition()
+        real = iceberg_module._load_or_create
+        monkeypatch.setattr(iceberg_module, "_load_or_create", lambda catalog, *args: self._read(catalog, real(catalog, *args)))
+
+    def storage(self, inner, run: int) -> Counting:
+        return _Refusals(inner, self, run)
+
+    def note(self, event: str, run: int) -> None:
+        with self.changed:
+            self.events.append((event, run))
+            self.changed.notify_all()
+
+    def _read(self, catalog, table):
+        run = self.catalogs.index(catalog)
+        self.note("read", run)
+        with self.changed:
+            if [event for event, _ in self.events].count("read") == 1:  # the first: held until the other was refused or read
+                other = lambda: any(n != run for _, n in self.events)  # noqa: E731
+                assert self.changed.wait_for(other, self.hold_s), f"the other sync never tried the table: {self.events}"
+        return table
+
+
+class _Refusals(Counting):
+    """The lake's storage of one sync: notes when that sync is refused the table's lock (a create-only write that lost)."""
+
+    def __init__(self, inner, overlap: Overlap, run: int):
+        super().__init__(inner)
+        self.overlap, self.run = overlap, run
+
+    def write(self, key: str, data: bytes, **options) -> str:
+        try:
+            return super().write(key, data, **options)
+        except PreconditionFailed:
+            if key.endswith(LOCK):
+                self.overlap.note("refused", self.run)
+            raise
 
 
 def test_a_large_streams_snapshot_replaces_only_the_touched_buckets_files(local_lake, catalog_env, spark):
