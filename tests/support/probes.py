@@ -1,5 +1,6 @@
 """A process probe for cluster tests: a ``sitecustomize`` that logs each data file (``.singer.gz``)
-a storage method touches, with the ancestry of the process that touched it (driver or executor)."""
+a storage method touches, with the ancestry of the process that touched it (driver or executor);
+``probed_env`` gives a run that probe, ``writers`` reads its log and ``nearest_jvm`` tells a writer's JVM."""
 
 from __future__ import annotations
 
@@ -70,6 +71,7 @@ def write_probe(directory: Path, env: str, methods: tuple[str, ...]) -> Path:
 
 
 def probed_env(tmp_path: Path) -> tuple[dict, Path]:
+    """The environment of a run whose processes log each data file they write, and that log."""
     probe = write_probe(tmp_path / "probe", "SINGERLAKE_TEST_WRITE_LOG", ("write",))
     log = tmp_path / "writes.jsonl"
     env = dict(os.environ)
