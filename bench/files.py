@@ -46,7 +46,8 @@ from singerlake.files import index
 from singerlake.files.record import make_record
 from singerlake.lake import Lake
 from singerlake.storage import LocalStorage, S3Storage, Storage
-from streams import moto_s3
+from streams import moto_s3  # first: it puts tests/ on sys.path, for support (the tests' S3 server launcher and counting storage)
+from support.storage import Counting
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
@@ -144,60 +145,12 @@ class Moto:
 
 @contextlib.contextmanager
 def moto_server() -> Iterator[Moto]:
-    """bench/streams.py's moto server on 127.0.0.1 and its fresh bucket."""
+    """bench/streams.py's moto server (the tests' launcher) on 127.0.0.1 and its fresh bucket."""
     with moto_s3() as settings:
         yield Moto(settings["s3_endpoint_url"], settings["lake_root"].removeprefix("s3://").split("/")[0])
 
 
-# -- counting requests -----------------------------------------------------------------------------
-class Counting(Storage):
-    """Every call made through it (as tests/test_format2.py's), ``exists`` and ``read_etag`` included."""
-
-    def __init__(self, inner: Storage):
-        self.inner, self.url, self.calls = inner, inner.url, []
-        self.parallel_requests = inner.parallel_requests
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def _count(self, method: str, key: str):
-        self.calls.append((method, key))
-        return getattr(self.inner, method)
-
-    def read(self, key):
-        return self._count("read", key)(key)
-
-    def read_etag(self, key):
-        return self._count("read_etag", key)(key)
-
-    def exists(self, key):
-        return self._count("exists", key)(key)
-
-    def write(self, key, data, **kw):
-        return self._count("write", key)(key, data, **kw)
-
-    def write_stream(self, key, chunks, **kw):
-        return self._count("write_stream", key)(key, chunks, **kw)
-
-    def delete(self, key, **kw):
-        return self._count("delete", key)(key, **kw)
-
-    def list(self, prefix):
-        return self._count("list", prefix)(prefix)
-
-    def list_dirs(self, prefix):
-        return self._count("list_dirs", prefix)(prefix)
-
-    def open_read(self, key):
-        return self._count("open_read", key)(key)
-
-    def root_exists(self):
-        return self.inner.root_exists()
-
-    def check_writable(self):
-        return self.inner.check_writable()
-
-
+# -- counting requests (the counting storage is the tests': tests/support/storage.py) -----------------
 class HttpCount:
     """HTTP requests an S3 storage's (shared) boto3 client sends."""
 
@@ -328,7 +281,7 @@ def measure_query(storage: Storage, query: Callable[[Lake], object], repeat: int
     http = HttpCount(storage) if isinstance(storage, S3Storage) else None
     found = query(Lake(counting))
     size = len(found) if isinstance(found, list) else int(found is not None)
-    return times, len(counting.calls), (http.n if http else None), size
+    return times, len(counting.requests), (http.n if http else None), size
 
 
 def query_rows(work: Path, moto: Moto, args: argparse.Namespace) -> list[Row]:

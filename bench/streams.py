@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
 import subprocess
 import sys
-import time
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +20,10 @@ from pathlib import Path
 from measure import Measurement, measure
 
 HERE = Path(__file__).resolve().parent
+if str(HERE.parent / "tests") not in sys.path:
+    sys.path.insert(0, str(HERE.parent / "tests"))  # the tests' shared tools (tests/support): the same S3 server launcher
+from support.s3_servers import start_moto  # noqa: E402
+
 OUT = HERE / "out"
 CLI = str(Path(sys.executable).parent / "singerlake")
 
@@ -95,37 +98,22 @@ def logged(name: str, command: list[str], work: Path) -> Measurement:
 
 @contextlib.contextmanager
 def moto_s3() -> Iterator[dict]:
-    """A moto S3 server on 127.0.0.1 with a fresh bucket; yields target settings for a lake in it."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit("moto_server did not start") from None
-                time.sleep(0.1)
-        settings = {
-            "s3_endpoint_url": f"http://127.0.0.1:{port}",
-            "s3_access_key_id": "bench",
-            "s3_secret_access_key": "bench-secret",
-            "s3_region": "us-east-1",
-        }
-        bucket = f"bench-{uuid.uuid4().hex[:8]}"
-        import boto3
+    """The tests' moto S3 server (tests/support/s3_servers.py: moto with each write applied atomically, as S3
+    applies a conditional write) on 127.0.0.1, with a fresh bucket; yields target settings for a lake in it."""
+    with tempfile.TemporaryDirectory(prefix="bench-moto-") as work:
+        server = start_moto(Path(work))
+        try:
+            settings = {
+                "s3_endpoint_url": server.endpoint,
+                "s3_access_key_id": "bench",
+                "s3_secret_access_key": "bench-secret",
+                "s3_region": "us-east-1",
+            }
+            bucket = f"bench-{uuid.uuid4().hex[:8]}"
+            import boto3
 
-        keys = {"aws_access_key_id": "bench", "aws_secret_access_key": "bench-secret", "region_name": "us-east-1"}
-        boto3.client("s3", endpoint_url=settings["s3_endpoint_url"], **keys).create_bucket(Bucket=bucket)
-        yield {"lake_root": f"s3://{bucket}/lake", **settings}
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+            keys = {"aws_access_key_id": "bench", "aws_secret_access_key": "bench-secret", "region_name": "us-east-1"}
+            boto3.client("s3", endpoint_url=settings["s3_endpoint_url"], **keys).create_bucket(Bucket=bucket)
+            yield {"lake_root": f"s3://{bucket}/lake", **settings}
+        finally:
+            server.stop()

@@ -1,19 +1,16 @@
-"""Shared fixtures: real S3 servers on 127.0.0.1 (moto and SeaweedFS) and lake roots on every backend."""
+"""Shared fixtures: real S3 servers on 127.0.0.1 (moto and SeaweedFS), lake roots on every backend, the test
+process's SparkSession and CLI sessions. The tools behind them, and every other shared tool, are in support/."""
 
 from __future__ import annotations
 
 import os
-import uuid
 
 import pytest
-from lakes import LakeUnderTest, local_lake_at, s3_lake_at
-from s3_servers import S3_KEYS as S3_KEYS  # re-exported: test_spark_clusters imports it from here
-from s3_servers import S3Server, free_port, start_moto, start_seaweedfs
 from singerlake.storage import LocalStorage, S3Storage
-
-S3_SERVERS = ("moto", "seaweedfs")
-BACKENDS = ("local", *S3_SERVERS)  # the ids of every test that runs on each backend
-_free_port = free_port  # test_spark_clusters imports it from here
+from support.cli_session import CliSession
+from support.lake_cli import LakeCli, cli_env
+from support.lakes import LakeUnderTest, local_lake_at, s3_lake_at
+from support.s3_servers import BACKENDS, S3_SERVERS, S3Server, new_bucket, s3_root_on, start_moto, start_seaweedfs
 
 
 def pytest_configure(config) -> None:
@@ -45,43 +42,10 @@ def s3_server(request) -> S3Server:
     return request.getfixturevalue(f"{request.param}_server")
 
 
-def _new_bucket(request, server: S3Server) -> tuple[str, dict]:
-    """A fresh bucket on ``server`` for this test; returns (url, options) for open_storage."""
-    bucket = f"lake-{uuid.uuid4().hex[:12]}"
-    client = S3Storage(f"s3://{bucket}", **server.options()).client
-    client.create_bucket(Bucket=bucket)
-    if server.name == "seaweedfs":
-        # SeaweedFS gives each bucket a volume of its own, and a disk holds only so many: drop it
-        # (contents and all) after the test.
-        request.addfinalizer(lambda: client.delete_bucket(Bucket=bucket))
-    else:
-        # moto keeps every object of the session in its one process's memory: empty and drop the bucket
-        # after the test, so later tests do not run against an ever larger (slower to collect) heap.
-        request.addfinalizer(lambda: _empty_and_drop(client, bucket))
-    return f"s3://{bucket}/some/prefix", server.options()
-
-
-def _empty_and_drop(client, bucket: str) -> None:
-    """Best effort: what a test left in its moto bucket is not part of what it checks."""
-    try:
-        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
-        keys = [item["Key"] for page in pages for item in page.get("Contents", [])]
-        for start in range(0, len(keys), 1000):
-            chunk = [{"Key": key} for key in keys[start : start + 1000]]
-            client.delete_objects(Bucket=bucket, Delete={"Objects": chunk, "Quiet": True})
-        client.delete_bucket(Bucket=bucket)
-    except Exception as exc:  # a cleanup failure must not fail the test that used the bucket
-        print(f"conftest: could not drop moto bucket {bucket}: {exc}")
-
-
 @pytest.fixture
 def s3_root(request, s3_server):
     """A fresh bucket on each S3 server; returns (url, options) for open_storage."""
-    return _new_bucket(request, s3_server)
-
-
-def _s3_root_on(request) -> tuple[str, dict]:
-    return _new_bucket(request, request.getfixturevalue(f"{request.param}_server"))
+    return new_bucket(request, s3_server)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -89,7 +53,7 @@ def storage(request, tmp_path):
     """The same test over a temp dir and over each S3 server."""
     if request.param == "local":
         return LocalStorage(tmp_path / "lake")
-    url, options = _s3_root_on(request)
+    url, options = s3_root_on(request)
     return S3Storage(url, **options)
 
 
@@ -98,7 +62,7 @@ def lake_spec(request, tmp_path) -> dict:
     """A lake root as plain data (so child processes can open it too): {"url", "options"}."""
     if request.param == "local":
         return {"url": str(tmp_path / "lake"), "options": {}}
-    url, options = _s3_root_on(request)
+    url, options = s3_root_on(request)
     return {"url": url, "options": options}
 
 
@@ -106,7 +70,7 @@ def lake_spec(request, tmp_path) -> dict:
 def lake(request, tmp_path) -> LakeUnderTest:
     if request.param == "local":
         return local_lake_at(tmp_path)
-    return s3_lake_at(_s3_root_on(request))
+    return s3_lake_at(s3_root_on(request))
 
 
 @pytest.fixture(params=["local", "seaweedfs"])
@@ -114,9 +78,42 @@ def cli_lake(request, tmp_path) -> LakeUnderTest:
     """A lake on local disk and one on SeaweedFS: for tests of real processes, too slow to run on every backend."""
     if request.param == "local":
         return local_lake_at(tmp_path)
-    return s3_lake_at(_new_bucket(request, request.getfixturevalue("seaweedfs_server")))
+    return s3_lake_at(new_bucket(request, request.getfixturevalue("seaweedfs_server")))
 
 
 @pytest.fixture
 def local_lake(tmp_path) -> LakeUnderTest:
     return local_lake_at(tmp_path)
+
+
+# -- Spark and the CLI --------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def spark():
+    """The test process's SparkSession (local[*]): one JVM for every in-process job of the session. Modules that
+    need a session of their own settings define their own ``spark`` fixture (``spark_session`` finds this one)."""
+    from singerlake.spark.session import spark_session
+
+    return spark_session("local[*]", "singerlake-tests")
+
+
+@pytest.fixture(scope="module")
+def shared_cli():
+    """One CliSession for the module's local[2] commands, whatever their lake: one Spark start for them all."""
+    with CliSession(cli_env()) as session:
+        yield session
+
+
+@pytest.fixture
+def cli_session(shared_cli):
+    """``cli_session(lake, master=...)``: a LakeCli; on local[2] the module's session, else its own (ended after the test)."""
+    own: list[CliSession] = []
+
+    def start(lake: LakeUnderTest, master: str = "local[2]") -> LakeCli:
+        if master == "local[2]":
+            return LakeCli(shared_cli, lake, master)
+        own.append(CliSession(cli_env()))  # another master needs a Spark session of its own
+        return LakeCli(own[-1], lake, master)
+
+    yield start
+    for session in own:
+        session.close()

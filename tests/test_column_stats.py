@@ -16,8 +16,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from lakes import TAP, joined, land, local_lake_at, record_msg, schema_msg
-from probes import write_probe
 from singerlake import Lake
 from singerlake.format.catalogue import replay_schema
 from singerlake.format.datafile import open_data_file
@@ -29,6 +27,8 @@ from singerlake.jobs.upgrade import upgrade
 from singerlake.replay.plan import columns, file_needs, plan_files, planned_needs
 from singerlake.sources import register
 from singerlake.spark.session import spark_session
+from support.lakes import TAP, joined, land, local_lake_at, record_msg, schema_msg
+from support.probes import write_probe
 
 STREAM = "things"
 SCHEMA = {

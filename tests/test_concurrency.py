@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from children import open_spec, run_together, spawn
 from singerlake.commits.commit import commit_files, register_writer
 from singerlake.commits.errors import CommitRejected
 from singerlake.commits.lock import Lock
@@ -20,6 +19,7 @@ from singerlake.format.layout import StreamPaths
 from singerlake.format.schema_hash import schema_hash
 from singerlake.lake import Lake
 from singerlake.times import now_ms
+from support.children import open_spec, run_together, spawn
 
 TAP = "tap-concurrency"
 STREAM = "events"

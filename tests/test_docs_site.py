@@ -18,13 +18,13 @@ from pathlib import Path
 from urllib.parse import urljoin
 
 import pytest
-from lakes import record_msg
 from singerlake import Lake, SchemaWriter
 from singerlake.commits.lock import Lock
 from singerlake.format.layout import StreamPaths
 from singerlake.format.schema_hash import schema_hash
 from singerlake.site.pages import page_name, per_day
 from singerlake.storage import LocalStorage, S3Storage
+from support.lakes import record_msg
 
 CLI = [sys.executable, "-m", "singerlake.cli"]
 DAY = 86_400_000

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from lakes import CLI as TARGET_CLI
-from lakes import TAP, USERS, joined, land, local_lake_at, record_msg, run_cli, schema_msg
 from singerlake.format.layout import StreamPaths
 from singerlake.times import iso_ms
-from test_tap import TAP_CLI, run_tap, sample_input, tap_config
+from support.lakes import CLI as TARGET_CLI
+from support.lakes import TAP, USERS, joined, land, local_lake_at, record_msg, run_cli, schema_msg
+from support.taps import TAP_CLI, run_tap, sample_input, tap_config
 
 SINGERLAKE = [sys.executable, "-m", "singerlake.cli"]
 

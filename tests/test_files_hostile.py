@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BACKENDS
 from singerlake.cli.output import as_table
 from singerlake.files.errors import FetchFailed
-from test_files import BASE, Root, assert_refused, cli_env, cli_s3_args, root_on
+from support.files_roots import BASE, Root, assert_refused, cli_env, cli_s3_args, root_on
+from support.s3_servers import BACKENDS
 
 HANG_SECONDS = 60
 

@@ -9,9 +9,11 @@ import subprocess
 import sys
 
 import pytest
-from cli_session import CliSession
 from singerlake.files import index, layout
 from singerlake.lake import Lake
+from support.cli_session import CliSession
+from support.lakes import LakeUnderTest
+from support.writers import LONG_AGO_MS, Held, make_stale
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
@@ -68,32 +70,40 @@ def test_repair_restores_lost_pointers_and_record_files_from_the_committed_segme
     assert lake.file_record(record["id"])["hash"] == record["hash"]
 
 
-def test_vacuum_deletes_what_a_dead_push_left_and_nothing_committed(pushed, tmp_path, monkeypatch):
+def test_vacuum_deletes_what_a_dead_push_left_and_nothing_committed(pushed, tmp_path):
     root, lake = pushed
     extra = tmp_path / "late.log"
     extra.write_bytes(b"never committed")
-
-    def die_before_the_segment(storage, what, txn, records):
-        for directory in index.pointer_dirs(what, records):
-            storage.write(directory + txn, b"", if_none_match=True)
-        raise KeyboardInterrupt("killed before the commit point")
-
-    monkeypatch.setattr(index, "commit", die_before_the_segment)
-    with pytest.raises(KeyboardInterrupt):
-        lake.push(extra, what="app-log", where="web02", work_id="deploy-7", start="2024-03-03T00:10:00Z")
-    monkeypatch.undo()
+    # A real push, stopped where its commit has written the pointers and not the segment (the commit point), then killed.
+    argv = [sys.executable, "-m", "singerlake.cli", "push", root, str(extra), "--what", "app-log", "--where", "web02"]
+    argv += ["--work-id", "deploy-7", "--start", "2024-03-03T00:10:00Z"]
+    dead = Held(argv, "push-before-commit", {key: value for key, value in os.environ.items() if key != "SINGERLAKE_PAUSE_AT"})
+    dead.wait_paused().kill()
+    pointers = [info.key for info in lake.storage.list("files/index/app-log/") if info.key.split("/")[3] in ("day", "work", "long")]
+    txns = {key.rsplit("/", 1)[1] for key in pointers} - {record["txn"] for record in lake.find_files("app-log", work_id="deploy-7")}
+    assert len(txns) == 1, pointers
+    (txn,) = txns
+    dead_pointers = [f"{layout.day_dir('app-log', '2024-03-03')}{txn}", f"{layout.work_dir('app-log', 'deploy-7')}{txn}"]
+    assert sorted(key for key in pointers if key.endswith(txn)) == dead_pointers, "the kill landed after the commit wrote its pointers"
+    assert not lake.storage.exists(layout.segment_key("app-log", txn)), "and before its segment, the commit point"
+    leases = [info.key for info in lake.storage.list("files/index/app-log/pending/")]
+    assert len(leases) == 1, leases
+    make_stale(LakeUnderTest("local", {"lake_root": root}, lake.storage), leases[0], LONG_AGO_MS)  # long after the push died
     assert len(lake.find_files("app-log", work_id="deploy-7")) == 3  # the dead push is invisible
     before = {info.key for info in lake.storage.list("files/")}
 
     dry = _run("vacuum", root, "--retention", "0s", "--force", "--json")
     planned = {d["path"] for d in json.loads(dry.stdout)["deletions"]}
     kinds = sorted(key.split("/")[1] for key in planned)
-    assert kinds == ["data", "ids", "index", "index"], planned  # its bytes, record, day and work pointers
+    assert kinds == ["data", "ids", "index", "index", "index"], planned  # its bytes, its record, and in the index:
+    assert {key for key in planned if key.startswith("files/index/")} == {*dead_pointers, *leases}  # its pointers and lease
     assert {info.key for info in lake.storage.list("files/")} == before  # a dry run deletes nothing
 
     applied = _run("vacuum", root, "--retention", "0s", "--force", "--apply")
     assert applied.returncode == 0, applied.stderr
-    assert {info.key for info in lake.storage.list("files/")} == before - planned
+    aborted = layout.segment_key("app-log", txn)  # the dead push's txn aborted first: it can never commit (SPEC.md §15)
+    assert {info.key for info in lake.storage.list("files/")} == (before - planned) | {aborted}
+    assert index.read_segment(lake.storage, "app-log", txn) is None
     assert _run("verify", root).returncode == 0
     for record in lake.find_files("app-log", work_id="deploy-7"):
         assert lake.fetch(record["id"], str(tmp_path / "out" / record["id"]))

@@ -7,8 +7,8 @@ import json
 import subprocess
 import sys
 
-from lakes import USERS, joined, land, local_lake_at, record_msg, run_cli, schema_msg, state_msg
 from singerlake.lake import Lake
+from support.lakes import USERS, joined, land, local_lake_at, record_msg, run_cli, schema_msg, state_msg
 
 WHAT = "public_users"  # the stream public.users, normalised as every data file's metadata record has it
 

@@ -11,10 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_session import CliSession
-from conftest import _s3_root_on
-from lakes import local_lake_at, s3_lake_at
-from s3_servers import S3_KEYS
 from singerlake.files import push as push_module
 from singerlake.files import spark_push
 from singerlake.files.store import Source
@@ -23,6 +19,10 @@ from singerlake.sources import register
 from singerlake.spark.session import spark_session
 from singerlake.storage import S3Storage, open_storage
 from singerlake.times import parse_time_ms
+from support.cli_session import CliSession
+from support.lakes import local_lake_at, s3_lake_at
+from support.s3_servers import S3_KEYS, s3_root_on
+from support.spark_jobs import measured, measured_in
 
 CLI = shutil.which("singerlake", path=str(Path(sys.executable).parent)) or "singerlake"
 DAY_MS = 24 * 3600 * 1000
@@ -80,13 +80,16 @@ def push_many_over_the_cli(tmp_path: Path, root: str, count: int, session: CliSe
         return json.loads(ok(cli(root, *args, options=options, session=session)).stdout)
 
     made = many_files(tmp_path / "src", count)
-    started = time.monotonic()
-    pushed = run("push", str(tmp_path / "src"), "--what", "photos", "--where", "cam-1", "--work-id", "batch-7",
-                 "--spark", "always", "--spark-master", "local[2]", "--json")  # fmt: skip
-    took = time.monotonic() - started
+    with measured_in(session, "local[2]") as spark_ran:
+        started = time.monotonic()
+        pushed = run("push", str(tmp_path / "src"), "--what", "photos", "--where", "cam-1", "--work-id", "batch-7",
+                     "--spark", "always", "--spark-master", "local[2]", "--json")  # fmt: skip
+        took = time.monotonic() - started
     assert len(pushed["pushed"]) == count and pushed["duplicates"] == []
-    # One Spark job ran the stores, in the executors' Python workers (not the driver's).
-    assert pushed["spark"]["jobs"] == 1 and pushed["spark"]["tasks"] >= 2 and pushed["spark"]["worker_processes"] >= 1
+    # One Spark job ran the stores, as Spark saw it: its tasks on the executors' Python workers (not the driver's).
+    assert [job["status"] for job in spark_ran.jobs] == ["SUCCEEDED"] and spark_ran.tasks >= 2, spark_ran
+    assert pushed["spark"] == {"jobs": 1, "tasks": spark_ran.tasks, "worker_processes": pushed["spark"]["worker_processes"]}
+    assert pushed["spark"]["worker_processes"] >= 1
     print(f"{count} files pushed on local[2] in {took:.1f} s")
 
     found = run("files", "--what", "photos", "--work-id", "batch-7", "--fetch", str(tmp_path / "out"), "--json")
@@ -119,8 +122,10 @@ def test_lake_push_on_spark_into_an_s3_lake(tmp_path, spark, moto_server):
     storage.client.create_bucket(Bucket=bucket)
     made = many_files(tmp_path / "src", 100)
     lake = Lake(storage)
-    result = lake.push(tmp_path / "src", what="photos", where="cam-1", work_id="b1", spark=spark, use_spark="always")
-    assert result.spark["jobs"] == 1 and len(result.pushed) == 100
+    with measured(spark) as spark_ran:
+        result = lake.push(tmp_path / "src", what="photos", where="cam-1", work_id="b1", spark=spark, use_spark="always")
+    assert [job["status"] for job in spark_ran.jobs] == ["SUCCEEDED"] and len(result.pushed) == 100
+    assert result.spark["jobs"] == spark_ran.count and result.spark["tasks"] == spark_ran.tasks
     found = lake.find_files("photos", work_id="b1")
     assert sorted(r["path"] for r in found) == sorted(made)
     for record in found[::9]:
@@ -151,12 +156,18 @@ def test_a_cluster_push_needs_the_files_shared_with_its_executors(tmp_path):
 def test_lake_push_given_a_session_runs_a_push_over_the_threshold_on_it(tmp_path, spark, monkeypatch):
     made = many_files(tmp_path / "src", 40)
     lake = Lake.open(str(tmp_path / "lake"))
-    assert lake.push(tmp_path / "src" / "d0", what="w", where="x", spark=spark).spark is None  # 5 files: threads
+    with measured(spark) as spark_ran:
+        assert lake.push(tmp_path / "src" / "d0", what="w", where="x", spark=spark).spark is None  # 5 files: threads
+    assert spark_ran.jobs == [], "no Spark job under the threshold"
     monkeypatch.setattr(push_module, "SPARK_FILES", 30)
     monkeypatch.setattr(spark_push, "COMMIT_FILES", 16)  # three chunks, three segments
     seen = []
-    result = lake.push(tmp_path / "src", what="w", where="x", work_id="r1", spark=spark, progress=lambda done, total: seen.append(total))
-    assert result.spark["jobs"] == 1 and len(result.pushed) == 35 and len(result.duplicates) == 5
+    with measured(spark) as spark_ran:
+        result = lake.push(
+            tmp_path / "src", what="w", where="x", work_id="r1", spark=spark, progress=lambda done, total: seen.append(total)
+        )
+    assert [job["status"] for job in spark_ran.jobs] == ["SUCCEEDED"] and len(result.pushed) == 35 and len(result.duplicates) == 5
+    assert result.spark["jobs"] == spark_ran.count and result.spark["tasks"] == spark_ran.tasks
     assert len({r["txn"] for r in result.pushed + result.duplicates}) == 4 and set(seen) == {40}
     assert len(list(lake.storage.list("files/index/w/segments/"))) == 1 + 3
     assert sorted(r["path"] for r in lake.find_files("w", work_id="r1")) == sorted(p for p in made if "/d0/" not in p)
@@ -209,7 +220,7 @@ def files_lake(lake: Lake, directory: Path) -> dict[str, bytes]:
 @pytest.fixture(params=["local", "moto", pytest.param("seaweedfs", marks=pytest.mark.heavy)])
 def files_in(request, tmp_path) -> tuple[Lake, dict, dict[str, str]]:
     """A lake on each backend with ``files_lake``'s files, and the data source's options to reach it."""
-    lake = local_lake_at(tmp_path) if request.param == "local" else s3_lake_at(_s3_root_on(request))
+    lake = local_lake_at(tmp_path) if request.param == "local" else s3_lake_at(s3_root_on(request))
     opened = Lake(lake.storage)
     made = files_lake(opened, tmp_path / "src")
     options = {f"s3_{name}": value for name, value in lake.storage.open_options().items()}

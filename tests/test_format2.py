@@ -35,6 +35,7 @@ from singerlake.jobs.vacuum import vacuum_stream
 from singerlake.lake import Lake
 from singerlake.replay.stream import Activate, Lines, Reached, StreamReplay, Window
 from singerlake.storage import LocalStorage, S3Storage, Storage
+from support.storage import Counting
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}}
 HASH = schema_hash(SCHEMA, [])
@@ -158,44 +159,6 @@ def _stream_of(storage: Storage, files: int) -> tuple[Manifest, str]:
     return manifest, "w"
 
 
-class Counting(Storage):
-    """A storage that records every request made through it."""
-
-    def __init__(self, inner: Storage):
-        self.inner, self.url, self.calls = inner, inner.url, []
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def _count(self, method: str, key: str):
-        self.calls.append((method, key))
-        return getattr(self.inner, method)
-
-    def read(self, key):
-        return self._count("read", key)(key)
-
-    def write(self, key, data, **kw):
-        return self._count("write", key)(key, data, **kw)
-
-    def delete(self, key, **kw):
-        return self._count("delete", key)(key, **kw)
-
-    def list(self, prefix):
-        return self._count("list", prefix)(prefix)
-
-    def list_dirs(self, prefix):
-        return self._count("list_dirs", prefix)(prefix)
-
-    def open_read(self, key):
-        return self._count("open_read", key)(key)
-
-    def root_exists(self):
-        return self.inner.root_exists()
-
-    def check_writable(self):
-        return self.inner.check_writable()
-
-
 def test_a_commit_costs_one_request_and_a_small_root_however_long_the_stream(s3_root, monkeypatch):
     """Warm 1-file commits on S3: one conditional write each, two when the commit seals the tail
     into a part; no part is ever read; the root stays at the tail's bound whatever the history."""
@@ -208,12 +171,12 @@ def test_a_commit_costs_one_request_and_a_small_root_however_long_the_stream(s3_
     sizes = []
     for n in range(20):
         entry = write_data_file(s3_storage, PATHS, HASH, SCHEMA_LINE, [record(100 + n)], [0])
-        counting.calls.clear()
+        counting.clear()
         manifest = commit_files(counting, PATHS, [entry], {HASH: (SCHEMA, [])}, writer_id=writer, last=manifest)
-        parts = [call for call in counting.calls if "/_manifest/" in call[1]]
+        parts = [call for call in counting.requests if "/_manifest/" in call[1]]
         assert all(method == "write" for method, _ in parts), "a commit never reads a part"
-        assert counting.calls == [("write", p) for _, p in parts] + [("write", PATHS.manifest)]
-        assert len(counting.calls) <= 2
+        assert counting.requests == [("write", p) for _, p in parts] + [("write", PATHS.manifest)]
+        assert len(counting.requests) <= 2
         sizes.append(len(manifest.stored.data))
     assert max(sizes) < 4000 + 3000, sizes  # tail bound + summaries + versions: not the 80 files' entries
     assert len(Lake(s3_storage).manifest("tap", "s").files) == 80
@@ -226,7 +189,7 @@ def test_a_bookmark_at_the_end_reads_the_root_only(storage, monkeypatch):
     manifest = Lake(counting).manifest("tap", "s")
     end = Position(*manifest.end_position(), manifest.generation)
     assert events(counting, manifest, end)[:-1] == []
-    assert [c for c in counting.calls if "/_manifest/" in c[1]] == [], "no part opened"
+    assert [c for c in counting.requests if "/_manifest/" in c[1]] == [], "no part opened"
     start = manifest.parts[2]["commits"][0]  # from the middle: only the parts from there on
     replay = StreamReplay(counting, manifest, Position(start, 0, manifest.generation))
     assert len([e for e in replay.events() if isinstance(e, Lines)]) > 0

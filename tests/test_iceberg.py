@@ -5,22 +5,27 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 
 import pytest
-from cli_session import CliSession
-from conftest import _new_bucket
 from deltalake import DeltaTable
-from lakes import TAP, LakeUnderTest, duckdb_for, s3_lake_at
+from singerlake.format.layout import LOCK
 from singerlake.jobs.vacuum import vacuum
+from singerlake.storage import PreconditionFailed
 from singerlake.tables import delta
+from singerlake.tables import iceberg as iceberg_module
 from singerlake.tables.delta import storage_options, table_key
 from singerlake.tables.iceberg import DELTA_VERSION, fileio_properties, identifier, open_catalog, snapshot_files, sync
 from singerlake.tables.project import project
-from test_lake_jobs import LakeCli, cli_env, open_lake, run_cli, spark  # noqa: F401  (spark: the module's session fixture)
-from test_project import FIRST, STREAM, by_id, check_exact, land_records, uri
+from support.cli_session import CliSession
+from support.lake_cli import LakeCli, cli_env, open_lake, run_cli
+from support.lakes import TAP, LakeUnderTest, duckdb_for, s3_lake_at
+from support.projections import FIRST, STREAM, by_id, check_exact, land_records, uri
+from support.s3_servers import new_bucket
+from support.storage import Counting
 
 pytest.importorskip("pyiceberg")
 
@@ -104,7 +109,7 @@ def test_project_registers_exact_iceberg_tables_in_a_sqlite_catalog(local_lake, 
 
 
 def test_project_registers_iceberg_tables_on_seaweedfs(request, seaweedfs_server, catalog_env):
-    check_iceberg_lake(s3_lake_at(_new_bucket(request, seaweedfs_server)))
+    check_iceberg_lake(s3_lake_at(new_bucket(request, seaweedfs_server)))
 
 
 def test_a_missing_catalog_is_one_line_with_exit_2(local_lake, catalog_env):
@@ -117,7 +122,7 @@ def test_a_missing_catalog_is_one_line_with_exit_2(local_lake, catalog_env):
         assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
-def test_type_changes_and_runs_without_iceberg_are_caught_up(local_lake, catalog_env, spark):  # noqa: F811
+def test_type_changes_and_runs_without_iceberg_are_caught_up(local_lake, catalog_env, spark):
     """`--formats iceberg` alone; a column whose type changes gets a new field id; a run without iceberg leaves the
     Iceberg table behind, and the next one with it catches up."""
     struct = {"type": "object", "properties": {"a b": {"type": "number"}, "c": {"type": "array", "items": {"type": "string"}}}}
@@ -147,7 +152,7 @@ def test_type_changes_and_runs_without_iceberg_are_caught_up(local_lake, catalog
     assert not [d.path for d in deletions if "/_iceberg/" in d.path]
 
 
-def test_concurrent_commits_to_one_table_are_serialised_and_many_streams_share_the_catalog(local_lake, catalog_env, spark):  # noqa: F811
+def test_concurrent_commits_to_one_table_are_serialised_and_many_streams_share_the_catalog(local_lake, catalog_env, spark, monkeypatch):
     """Two syncs of one table at once (two runs): the lake's lock lets one create the table and commit, the other then
     finds that version mirrored. Several streams commit to one SQLite catalog in one run (the driver's threads)."""
     schema = {"type": "object", "properties": {"id": {"type": "integer"}, "s": {"type": "string"}}}
@@ -158,10 +163,16 @@ def test_concurrent_commits_to_one_table_are_serialised_and_many_streams_share_t
     storage, published = local_lake.storage, delta.latest(local_lake.storage, table_key(TAP, "s0"))
     arrow_schema = DeltaTable(uri(local_lake, "s0")).to_pyarrow_table().schema
     catalogs = [open_catalog("lake", storage) for _ in range(2)]
-    with ThreadPoolExecutor(2) as pool:
-        snapshots = list(pool.map(lambda catalog: sync(storage, catalog, TAP, "s0", published, arrow_schema), catalogs))
+    with monkeypatch.context() as patch, ThreadPoolExecutor(2) as pool:
+        overlap = Overlap(patch, catalogs)
+        runs = [pool.submit(sync, overlap.storage(storage, n), catalogs[n], TAP, "s0", published, arrow_schema) for n in range(2)]
+        snapshots = [run.result() for run in runs]
     table = catalogs[0].load_table(identifier(TAP, "s0"))
-    assert len(table.snapshots()) == 1 and snapshots == [table.current_snapshot().snapshot_id] * 2
+    assert len(table.snapshots()) == 1 and snapshots == [table.current_snapshot().snapshot_id] * 2, (table.snapshots(), snapshots)
+    # They overlapped: the second to read the table's metadata was refused the table's lock before, while the first held it.
+    reads = [run for event, run in overlap.events if event == "read"]
+    assert sorted(reads) == [0, 1] and ("refused", reads[1]) in overlap.events, overlap.events
+    assert overlap.events.index(("refused", reads[1])) < overlap.events.index(("read", reads[1])), overlap.events
 
     results = project(open_lake(local_lake), spark, TAP, formats=["delta", "iceberg"], iceberg_catalog="lake")
     assert sorted(result["stream"] for result in results) == streams
@@ -169,7 +180,53 @@ def test_concurrent_commits_to_one_table_are_serialised_and_many_streams_share_t
         assert catalogs[0].load_table(identifier(TAP, stream)).scan().to_arrow().to_pylist() == [{"id": 1, "s": stream}]
 
 
-def test_a_large_streams_snapshot_replaces_only_the_touched_buckets_files(local_lake, catalog_env, spark):  # noqa: F811
+class Overlap:
+    """Two syncs of one table, run ``n`` with ``catalogs[n]`` and ``storage(n)``, forced to overlap: the first to read the
+    table's metadata (inside the table's lock) waits there until the other has been refused that lock, or, were nothing
+    serialising them, has read the metadata too. ``events``: ("read", n) and ("refused", n), in order."""
+
+    def __init__(self, monkeypatch, catalogs: list, hold_s: float = 60):
+        self.catalogs, self.hold_s = catalogs, hold_s
+        self.events: list[tuple[str, int]] = []
+        self.changed = threading.Condition()
+        real = iceberg_module._load_or_create
+        monkeypatch.setattr(iceberg_module, "_load_or_create", lambda catalog, *args: self._read(catalog, real(catalog, *args)))
+
+    def storage(self, inner, run: int) -> Counting:
+        return _Refusals(inner, self, run)
+
+    def note(self, event: str, run: int) -> None:
+        with self.changed:
+            self.events.append((event, run))
+            self.changed.notify_all()
+
+    def _read(self, catalog, table):
+        run = self.catalogs.index(catalog)
+        self.note("read", run)
+        with self.changed:
+            if [event for event, _ in self.events].count("read") == 1:  # the first: held until the other was refused or read
+                other = lambda: any(n != run for _, n in self.events)  # noqa: E731
+                assert self.changed.wait_for(other, self.hold_s), f"the other sync never tried the table: {self.events}"
+        return table
+
+
+class _Refusals(Counting):
+    """The lake's storage of one sync: notes when that sync is refused the table's lock (a create-only write that lost)."""
+
+    def __init__(self, inner, overlap: Overlap, run: int):
+        super().__init__(inner)
+        self.overlap, self.run = overlap, run
+
+    def write(self, key: str, data: bytes, **options) -> str:
+        try:
+            return super().write(key, data, **options)
+        except PreconditionFailed:
+            if key.endswith(LOCK):
+                self.overlap.note("refused", self.run)
+            raise
+
+
+def test_a_large_streams_snapshot_replaces_only_the_touched_buckets_files(local_lake, catalog_env, spark):
     """Incremental like Delta: the run's Iceberg snapshot deletes and adds exactly the files its Delta commit does."""
     stream = "public.big"
     schema = {"type": "object", "properties": {"id": {"type": "integer"}, "v": {"type": "string"}}}
@@ -191,7 +248,7 @@ def test_a_large_streams_snapshot_replaces_only_the_touched_buckets_files(local_
     assert len(rows) == 3000 and rows[7]["v"] == rows[2024]["v"] == "second" and rows[8]["v"] == "first 8" * 3
 
 
-def test_two_streams_mapping_to_one_table_name_fail_the_second(local_lake, catalog_env, spark):  # noqa: F811
+def test_two_streams_mapping_to_one_table_name_fail_the_second(local_lake, catalog_env, spark):
     schema = {"type": "object", "properties": {"id": {"type": "integer"}}}
     land_records(local_lake, ['{"id": 1}'], "public.users", schema)
     land_records(local_lake, ['{"id": 2}'], "public_users", schema)
@@ -202,7 +259,7 @@ def test_two_streams_mapping_to_one_table_name_fail_the_second(local_lake, catal
     assert table.properties["singerlake.stream"] != failures[0].stream and len(table.scan().to_arrow()) == 1
 
 
-def test_vacuum_keeps_every_file_a_retained_snapshot_lists_and_expires_the_older_ones(local_lake, catalog_env, spark):  # noqa: F811
+def test_vacuum_keeps_every_file_a_retained_snapshot_lists_and_expires_the_older_ones(local_lake, catalog_env, spark):
     """project, update, project, update, project; then vacuum with a retention of 0: every snapshot still in the
     catalog reads in full with pyiceberg, without the catalog (nothing expires, every listed file stays) and with
     it (snapshots older than the retention expire first, then their files go)."""

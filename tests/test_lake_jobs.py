@@ -10,9 +10,6 @@ import io
 import json
 import os
 import random
-import shutil
-import subprocess
-import sys
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -22,9 +19,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from cli_session import CliSession
-from lakes import TAP, LakeUnderTest, joined, land, local_lake_at, record_msg, schema_msg
-from s3_servers import S3_KEYS
 from singerlake import Lake
 from singerlake.format.datafile import write_data_file
 from singerlake.format.errors import BadBookmark
@@ -36,89 +30,19 @@ from singerlake.jobs.repair import repair
 from singerlake.jobs.vacuum import vacuum
 from singerlake.jobs.verify import verify
 from singerlake.sources import register
-from singerlake.spark.session import spark_session
-from singerlake.storage import S3Storage
 from singerlake.tables.project import project
 from singerlake.times import iso_ms, now_ms
+from support.lake_cli import open_lake, run_cli
+from support.lakes import TAP, LakeUnderTest, joined, land, local_lake_at, record_msg, schema_msg
+from support.taps import last_state, of_type, replay, sample_input
 from tap_singerlake.tap import TapSingerlake
-from test_tap import last_state, of_type, replay, sample_input
 
-CLI = shutil.which("singerlake", path=str(Path(sys.executable).parent)) or "singerlake"
 DAY_MS = 24 * 3600 * 1000
-
-
-@pytest.fixture(scope="module")
-def spark():
-    return spark_session("local[*]", "singerlake-tests")
-
-
-def open_lake(lake: LakeUnderTest) -> Lake:
-    return Lake(lake.storage)
 
 
 def local_lake_in(directory: Path) -> LakeUnderTest:
     directory.mkdir()
     return local_lake_at(directory)
-
-
-SPARK_COMMANDS = {"verify", "repair", "compact", "project", "sql", "docs"}
-
-
-def cli_args(lake: LakeUnderTest, *args: str, master: str = "local[2]") -> tuple[list[str], dict]:
-    """The CLI's arguments (after ``singerlake``) for ``args`` on ``lake``, and the environment to run it in."""
-    env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true"}
-    extra = []
-    if isinstance(lake.storage, S3Storage):
-        options = lake.storage.open_options()
-        env.update(AWS_ACCESS_KEY_ID=options["access_key_id"], AWS_SECRET_ACCESS_KEY=options["secret_access_key"])
-        extra = ["--s3-endpoint-url", options["endpoint_url"], "--s3-region", options["region"]]
-    spark = ["--spark-master", master] if args[0] in SPARK_COMMANDS else []  # the others take no Spark options
-    return [args[0], lake.config["lake_root"], *extra, *spark, *args[1:]], env
-
-
-def run_cli(lake: LakeUnderTest, *args: str, master: str = "local[2]") -> subprocess.CompletedProcess:
-    argv, env = cli_args(lake, *args, master=master)
-    return subprocess.run([CLI, *argv], capture_output=True, text=True, timeout=600, env=env)
-
-
-class LakeCli:
-    """``run`` is ``run_cli`` on one lake, every command in one CliSession (one Spark start for them all)."""
-
-    def __init__(self, session: CliSession, lake: LakeUnderTest, master: str):
-        self.session, self.lake, self.master = session, lake, master
-
-    def run(self, *args: str) -> subprocess.CompletedProcess:
-        argv, _ = cli_args(self.lake, *args, master=self.master)
-        return self.session.run(*argv)
-
-
-def cli_env() -> dict:
-    """``run_cli``'s environment for any lake of these tests: every S3 server takes the same keys."""
-    keys = {"AWS_ACCESS_KEY_ID": S3_KEYS["access_key_id"], "AWS_SECRET_ACCESS_KEY": S3_KEYS["secret_access_key"]}
-    return {**os.environ, "AWS_EC2_METADATA_DISABLED": "true", **keys}
-
-
-@pytest.fixture(scope="module")
-def shared_cli():
-    """One CliSession for the module's local[2] commands, whatever their lake: one Spark start for them all."""
-    with CliSession(cli_env()) as session:
-        yield session
-
-
-@pytest.fixture
-def cli_session(shared_cli):
-    """``cli_session(lake, master=...)``: a LakeCli; on local[2] the module's session, else its own (ended after the test)."""
-    own: list[CliSession] = []
-
-    def start(lake: LakeUnderTest, master: str = "local[2]") -> LakeCli:
-        if master == "local[2]":
-            return LakeCli(shared_cli, lake, master)
-        own.append(CliSession(cli_env()))  # another master needs a Spark session of its own
-        return LakeCli(own[-1], lake, master)
-
-    yield start
-    for session in own:
-        session.close()
 
 
 def stored_lines(lake: LakeUnderTest) -> dict[str, list[bytes]]:

@@ -8,54 +8,28 @@ driver's metadata traffic: locks, manifests, catalogue, singerlake.json.
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import re
-import threading
 from collections import Counter
 from contextlib import redirect_stdout
 
 import pytest
-from lakes import TAP, LakeUnderTest, joined, record_msg, schema_msg, state_msg
 from singerlake import Lake
 from singerlake.commits.commit import register_writer
 from singerlake.format.layout import StreamPaths, catalogue_key
 from singerlake.format.scan import scan_stream
 from singerlake.format.schema_hash import schema_hash
 from singerlake.landing.errors import LandingError
+from support.lakes import TAP, LakeUnderTest, joined, record_msg, schema_msg, state_msg
+from support.probes import CLUSTER, nearest_jvm, probed_env, writers
+from support.storage import Counting
+from support.target_runs import run_to_end
 from target_singerlake.target import TargetSingerlake
-from test_target_cluster import CLUSTER, nearest_jvm, probed_env, writers
-from test_target_crash import run_to_end
 
 SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}}
 # Streams per batch in the request-counting tests: several times any storage's commit pool (S3: 32 threads).
 PARALLEL_STREAMS = 100
-REQUESTS = ("read", "write", "delete", "list", "list_dirs", "open_read", "read_etag", "exists", "root_exists")
-
-
-class CountingStorage:
-    """The lake's storage with every request recorded as (method, key)."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.calls: list[tuple[str, str]] = []
-        self._lock = threading.Lock()
-
-    def __getattr__(self, name):
-        value = getattr(self.inner, name)
-        if name not in REQUESTS:
-            return value
-
-        def counted(*args, **kwargs):
-            with self._lock:
-                self.calls.append((name, str(args[0]) if args else ""))
-            return value(*args, **kwargs)
-
-        return counted
-
-    def __reduce__(self):
-        return copy.copy, (self.inner,)  # unpickled as a plain storage: executors are not counted
 
 
 def stream_name(n: int) -> str:
@@ -113,15 +87,15 @@ def test_a_batch_of_many_streams_is_written_by_one_spark_job(local_lake):
     assert [len(ids) for ids in jobs] == [1, 0] * 3 + [0], "each batch of 60 streams is one Spark job; its STATE alone, none"
 
 
-def count_requests(target: TargetSingerlake) -> tuple[CountingStorage, list[int]]:
+def count_requests(target: TargetSingerlake) -> tuple[Counting, list[int]]:
     """Count the target's storage requests, and mark how many were made when each STATE went out."""
-    counting = CountingStorage(target.lake.storage)
+    counting = Counting(target.lake.storage)
     target.lake.storage = counting
     marks: list[int] = []
     emit = target.lander.drain.emit_state
 
     def mark_and_emit(state: bytes) -> None:
-        marks.append(len(counting.calls))
+        marks.append(len(counting.requests))
         emit(state)
 
     target.lander.drain.emit_state = mark_and_emit
@@ -143,13 +117,13 @@ def test_a_warm_batch_costs_one_storage_request_per_stream(lake):
 
     assert len(states) == 3 and len(marks) == 3
     manifests = {StreamPaths(TAP, stream_name(n)).manifest for n in range(streams)}
-    first_reads = [key for method, key in counting.calls[: marks[0]] if method == "read" and key in manifests]
+    first_reads = [key for method, key in counting.requests[: marks[0]] if method == "read" and key in manifests]
     assert first_reads == [], "batch 1 reads no manifest: the streams are new, so registering creates each unread"
-    second = counting.calls[marks[0] : marks[1]]
+    second = counting.requests[marks[0] : marks[1]]
     by_kind = Counter(method for method, _ in second)
     assert by_kind == {"write": streams}, by_kind
     assert Counter(key for _, key in second) == {key: 1 for key in manifests}, "only manifests: no catalogue, lock or root I/O"
-    last = Counter((method, kind_of(key)) for method, key in counting.calls[marks[1] :])
+    last = Counter((method, kind_of(key)) for method, key in counting.requests[marks[1] :])
     assert last == {("write", "manifest.json"): streams, ("delete", "singerlake.lock"): streams}, last
     for stream, records in sent.items():
         assert lake.stored(stream) == [record.rstrip(b"\n") for record in records]
@@ -173,7 +147,7 @@ def test_a_first_batch_on_new_streams_costs_four_storage_requests_per_stream(lak
     counting, marks = count_requests(target)
     assert len(listen(target, lines)) == 1
 
-    by_request = Counter((method, kind_of(key)) for method, key in counting.calls)
+    by_request = Counter((method, kind_of(key)) for method, key in counting.requests)
     assert by_request == {
         ("list_dirs", f"raw/{TAP}/"): 2,  # the run's listing of the tap's streams; the catalogue's rebuild
         ("list_dirs", "raw/"): 1,  # singerlake.json's rebuild
@@ -185,8 +159,8 @@ def test_a_first_batch_on_new_streams_costs_four_storage_requests_per_stream(lak
         ("read", "singerlake.json"): 1,
         ("write", "singerlake.json"): 1,
     }, by_request
-    assert len(counting.calls) == 4 * streams + 7
-    assert counting.calls[marks[0] :] == [], "the last batch released each lock once its stream was committed, before the STATE"
+    assert len(counting.requests) == 4 * streams + 7
+    assert counting.requests[marks[0] :] == [], "the last batch released each lock once its stream was committed, before the STATE"
     for stream, records in sent.items():
         assert lake.stored(stream) == [record.rstrip(b"\n") for record in records]
         assert {entry["work_id"] for entry in lake.manifest(stream)["files"]} == {target.lander.settings.work_id}
@@ -202,11 +176,11 @@ def test_a_stream_with_data_but_no_manifest_is_seeded_from_a_scan_not_taken_for_
     lines = [schema_msg(old, SCHEMA, ["id"]), schema_msg(new, SCHEMA, ["id"])]
     lines += [record_msg(name, {"id": 500, "name": "later"}) for name in (old, new)] + [state_msg({"batch": 2})]
     target = cut_at_each_state(local_lake)
-    counting = CountingStorage(target.lake.storage)
+    counting = Counting(target.lake.storage)
     target.lake.storage = counting
     assert len(listen(target, lines)) == 1
 
-    manifest_reads = Counter(key for method, key in counting.calls if method == "read" and key.endswith("manifest.json"))
+    manifest_reads = Counter(key for method, key in counting.requests if method == "read" and key.endswith("manifest.json"))
     assert manifest_reads == {StreamPaths(TAP, old).manifest: 1}, "only the stream the listing showed is read (404), then scanned"
     assert [json.loads(line)["record"]["id"] for line in local_lake.stored(old)] == [0, 1, 500], "the scan adopted the files"
     assert [json.loads(line)["record"]["id"] for line in local_lake.stored(new)] == [500]

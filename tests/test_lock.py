@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-from children import open_spec, run_together, spawn
 from singerlake.commits.errors import CommitRejected, LockLost, LockTimeout
 from singerlake.commits.lock import Lock, read_lock
 from singerlake.format.layout import StreamPaths
 from singerlake.lake import Lake
 from singerlake.landing.writer import SchemaWriter
 from singerlake.times import now_ms
+from support.children import open_spec, run_together, spawn
 
 TAP = "tap-locktest"
 SCHEMA_MESSAGE = {

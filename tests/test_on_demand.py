@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 from deltalake import DeltaTable
-from lakes import TAP, joined, land, local_lake_at, record_msg, schema_msg
 from singerlake import Lake
 from singerlake.spark.runner import run_items
 from singerlake.spark.session import OnDemand
 from singerlake.tables.project import project
-from test_lake_jobs import spark  # noqa: F401  (the module's session fixture)
+from support.lakes import TAP, joined, land, local_lake_at, record_msg, schema_msg
 
 SCHEMA = {
     "type": "object",
@@ -36,7 +35,7 @@ sys.exit(code)
 """
 
 
-def test_one_task_on_a_local_master_runs_here_and_more_tasks_start_spark(spark):  # noqa: F811
+def test_one_task_on_a_local_master_runs_here_and_more_tasks_start_spark(spark):
     started = []
 
     def start():
@@ -54,7 +53,7 @@ def test_one_task_on_a_local_master_runs_here_and_more_tasks_start_spark(spark):
     assert OnDemand(start, None).in_process  # the embedded default, local[*]
 
 
-def test_a_small_projection_starts_no_jvm_and_equals_the_executors_tables(tmp_path: Path, spark):  # noqa: F811
+def test_a_small_projection_starts_no_jvm_and_equals_the_executors_tables(tmp_path: Path, spark):
     lake = local_lake_at(tmp_path)
     records = [{"id": n % 40, "amount": n / 8, "at": f"2024-01-01T00:00:{n % 60:02d}Z"} for n in range(100)]
     land(lake.config, joined([schema_msg("orders", SCHEMA, ["id"]), *(record_msg("orders", r) for r in records)]))
@@ -78,7 +77,7 @@ def test_a_small_projection_starts_no_jvm_and_equals_the_executors_tables(tmp_pa
     assert [[(part["rows"], part["needs"]) for part in state["parts"]] for state in states] == [[(40, same[0]["types"])]] * 2
 
 
-def test_a_few_updated_keys_of_a_large_stream_start_no_jvm_and_equal_the_executors_tables(tmp_path: Path, spark):  # noqa: F811
+def test_a_few_updated_keys_of_a_large_stream_start_no_jvm_and_equal_the_executors_tables(tmp_path: Path, spark):
     small = 16 << 10  # bytes: the stream is large, in buckets of 2 KiB
     lake = local_lake_at(tmp_path)
     records = [{"id": n, "amount": n / 8, "at": f"2024-01-01T00:{n % 60:02d}:00Z"} for n in range(3000)]

@@ -20,7 +20,7 @@ from deltalake import DeltaTable
 from singerlake.format.exact import decode, json_text, parse_timestamp
 from singerlake.storage import LocalStorage
 from singerlake.tables.delta import table_key, table_uri
-from test_project import back_to_json, same
+from support.projections import back_to_json, same
 
 BIN = Path(sys.executable).parent
 ROWS = 3000

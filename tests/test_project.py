@@ -15,77 +15,18 @@ import pytest
 from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lakes import TAP, LakeUnderTest, duckdb_for, joined, land, local_lake_at, record_msg, schema_msg
 from singerlake.format.exact import decode, join_all, json_text, need_of, records_needs
 from singerlake.jobs.vacuum import vacuum
 from singerlake.tables import blocks, delta
 from singerlake.tables.blocks import bucket_of
-from singerlake.tables.delta import storage_options, table_key, table_uri
+from singerlake.tables.delta import storage_options, table_key
 from singerlake.tables.project import project
-from test_lake_jobs import LakeCli, cli_session, open_lake, shared_cli, spark  # noqa: F401  (the module's Spark and CliSession fixtures)
-
-STREAM = "public.tricky"
-JSONB = {"type": ["string", "number", "integer", "boolean", "array", "object", "null"]}  # how tap-postgres declares jsonb
-TRICKY = {
-    "type": "object",
-    "properties": {
-        "id": {"type": "integer"},
-        "qty.count": {"type": ["number", "null"]},
-        "amount": {"type": "number"},
-        "big": {"type": "integer"},
-        "doc": JSONB,
-        "with space €`x": {"type": "string"},
-        "tags": {"type": "array", "items": {"type": "integer"}},
-        "at": {"type": "string", "format": "date-time"},
-        "huge": {"type": "number"},
-    },
-}
-FIRST = [
-    '{"id": 1, "qty.count": 1.5, "amount": 12345678901234567890.123456789012345678, "big": 123456789012345678901234567890,'
-    ' "doc": "just a string", "with space €`x": "ü", "tags": [1, 2], "at": "2024-05-01T10:00:00+02:00", "huge": 1e400}',
-    '{"id": 2, "qty.count": null, "amount": -0.000000000000000001, "big": 1, "doc": "{\\"a\\": 1}", "with space €`x": "",'
-    ' "tags": [], "at": "2024-05-01T08:00:00Z", "huge": 0.1}',
-    '{"id": 3, "amount": 7, "big": -9223372036854775808, "doc": {"a": 1, "b": [true, null, 2.50]}, "tags": null, "huge": 2}',
-]
-EXPECTED = {
-    1: {
-        "qty.count": Decimal("1.5"),
-        "amount": Decimal("12345678901234567890.123456789012345678"),
-        "big": Decimal("123456789012345678901234567890"),
-        "doc": '"just a string"',
-        "with space €`x": "ü",
-        "tags": [1, 2],
-        "at": datetime(2024, 5, 1, 8, tzinfo=timezone.utc),
-        "huge": "1E+400",
-    },
-    2: {"qty.count": None, "amount": Decimal("-1E-18"), "big": Decimal(1), "doc": '"{\\"a\\": 1}"', "with space €`x": "", "tags": []},
-    3: {"amount": Decimal(7), "big": Decimal(-(2**63)), "doc": '{"a":1,"b":[true,null,2.50]}', "tags": None, "huge": "2"},
-}
+from support.lake_cli import LakeCli, open_lake
+from support.lakes import TAP, LakeUnderTest, duckdb_for, joined, land, local_lake_at, record_msg, schema_msg
+from support.projections import EXPECTED, FIRST, STREAM, TRICKY, back_to_json, by_id, check_exact, land_records, same, uri
 
 
-def uri(lake: LakeUnderTest, stream: str = STREAM) -> str:
-    return table_uri(lake.storage, table_key(TAP, stream))
-
-
-def land_records(lake: LakeUnderTest, records: list[str], stream: str = STREAM, schema: dict = TRICKY) -> None:
-    land(lake.config, joined([schema_msg(stream, schema, ["id"]), *(record_msg(stream, text) for text in records)]))
-
-
-def by_id(rows: list[dict]) -> dict:
-    return {row["id"]: row for row in rows}
-
-
-def check_exact(rows: dict) -> None:
-    assert sorted(rows) == [1, 2, 3]
-    for key, expected in EXPECTED.items():
-        for column, value in expected.items():
-            got = rows[key][column]
-            if isinstance(value, datetime):
-                got = got.astimezone(timezone.utc)
-            assert got == value and type(got) is type(value), (key, column, got, value)
-
-
-def test_published_delta_table_is_exact_and_changes_only_what_must_change(lake, spark):  # noqa: F811
+def test_published_delta_table_is_exact_and_changes_only_what_must_change(lake, spark):
     land_records(lake, FIRST)
     assert project(open_lake(lake), spark, TAP)[0]["version"] == 0
     table = DeltaTable(uri(lake), storage_options=storage_options(lake.storage))
@@ -110,7 +51,7 @@ def test_published_delta_table_is_exact_and_changes_only_what_must_change(lake, 
     assert by_id(latest)[4]["amount"] == Decimal("2.25") and len(latest) == 4
 
 
-def test_an_update_trims_its_part_and_the_column_type_does_not_narrow(local_lake, spark):  # noqa: F811
+def test_an_update_trims_its_part_and_the_column_type_does_not_narrow(local_lake, spark):
     """A small stream's previous part holding an updated key is rewritten by filtering its staging and
     published rows alike; the row that needed the widest decimal is gone, yet the column keeps its
     type, so readers see the same schema."""
@@ -145,7 +86,7 @@ def delta_actions(lake: LakeUnderTest, version: int, stream: str) -> dict[str, s
     return {kind: {action[kind]["path"] for action in actions if kind in action} for kind in ("add", "remove")}
 
 
-def test_large_streams_rewrite_only_the_buckets_their_new_records_touch(local_lake, spark):  # noqa: F811
+def test_large_streams_rewrite_only_the_buckets_their_new_records_touch(local_lake, spark):
     """A stream above the small-stream size (lowered here) is kept in buckets of keys: a run that
     updates a few keys removes and adds only their buckets' files, in one Delta commit."""
     stream = "public.big"
@@ -220,7 +161,7 @@ def test_blocks_a_task_has_written_give_their_space_back_and_cannot_be_read_agai
     assert file.stat().st_size == sum(ref["rows"] + ref["typed"] for ref in refs), "the file keeps its size"
 
 
-def test_large_keyless_streams_add_their_new_rows_and_rewrite_nothing(local_lake, spark):  # noqa: F811
+def test_large_keyless_streams_add_their_new_rows_and_rewrite_nothing(local_lake, spark):
     schema = {"type": "object", "properties": {"n": {"type": "integer"}, "v": {"type": "string"}}}
     for first, count in ((0, 2000), (2000, 5)):
         rows = [{"n": n, "v": f"value {n}" * 3} for n in range(first, first + count)]
@@ -233,7 +174,7 @@ def test_large_keyless_streams_add_their_new_rows_and_rewrite_nothing(local_lake
     assert sorted(row["n"] for row in DeltaTable(uri(local_lake, "events")).to_pyarrow_table().to_pylist()) == list(range(2005))
 
 
-def test_duckdb_reads_the_published_table(lake, spark):  # noqa: F811
+def test_duckdb_reads_the_published_table(lake, spark):
     land_records(lake, FIRST)
     project(open_lake(lake), spark, TAP)
     connection = duckdb_for(lake, "delta")
@@ -275,34 +216,6 @@ records = st.fixed_dictionaries(
 )
 
 
-def back_to_json(value, field):
-    """A published value as the JSON value it stands for (JSON-text columns decoded)."""
-    import pyarrow as pa
-
-    if value is None:
-        return None
-    if field.metadata and field.metadata.get(b"singerlake.json") == b"true":
-        return decode(value)
-    if pa.types.is_struct(field.type):  # a missing property and a null are both null (SPEC.md §12)
-        return {child.name: back_to_json(value[child.name], child) for child in field.type if value[child.name] is not None}
-    if pa.types.is_list(field.type):
-        return [back_to_json(item, field.type.value_field) for item in value]
-    return value
-
-
-def same(a, b) -> bool:
-    """Equal as JSON values: numbers by value, but a bool is no number and a string no object."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, (int, Decimal)) and isinstance(b, (int, Decimal)):
-        return Decimal(a) == Decimal(b)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
-    return type(a) is type(b) and a == b
-
-
 @settings(max_examples=300, deadline=None)
 @given(batch=st.lists(records, max_size=25))
 def test_a_columns_need_is_the_join_of_its_values_needs(batch):
@@ -316,7 +229,7 @@ def test_a_columns_need_is_the_join_of_its_values_needs(batch):
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(batch=st.lists(records, min_size=1, max_size=25))
-def test_published_values_round_trip_to_the_raw_values(tmp_path_factory, spark, batch):  # noqa: F811
+def test_published_values_round_trip_to_the_raw_values(tmp_path_factory, spark, batch):
     lake = local_lake_at(tmp_path_factory.mktemp("prop"))
     texts = [json_text({"id": number, **record}) for number, record in enumerate(batch)]
     land_records(lake, texts, schema={"type": "object", "properties": {"id": {"type": "integer"}, **PROPERTY_SCHEMA["properties"]}})
@@ -338,7 +251,7 @@ def sql(cli: LakeCli, query: str, *options: str):
     return cli.run("sql", query, *options)
 
 
-def test_sql_queries_current_rows_by_stream_name_as_json_csv_and_a_table(lake, spark, cli_session):  # noqa: F811
+def test_sql_queries_current_rows_by_stream_name_as_json_csv_and_a_table(lake, spark, cli_session):
     cli = cli_session(lake)
     land_records(lake, FIRST)
     land_records(lake, ['{"id": 2, "amount": 99.5, "big": 3, "huge": 1}'])
@@ -366,7 +279,7 @@ def test_sql_queries_current_rows_by_stream_name_as_json_csv_and_a_table(lake, s
     assert raw.stdout.splitlines() == ["records | commits", "--------+--------", "4       | 2", "(1 row)"], raw.stdout
 
 
-def test_sql_raw_gives_every_record_exactly_with_its_position(lake, cli_session):  # noqa: F811
+def test_sql_raw_gives_every_record_exactly_with_its_position(lake, cli_session):
     """`singerlake sql --raw`: the data source types every landed record as the projection types the current rows."""
     cli = cli_session(lake)
     land_records(lake, FIRST)
@@ -395,7 +308,7 @@ def test_sql_raw_gives_every_record_exactly_with_its_position(lake, cli_session)
     assert datetime.fromisoformat(rows[0]["at"]).astimezone(timezone.utc) == EXPECTED[1]["at"]  # Spark gives local time
 
 
-def test_sql_errors_are_one_line_with_exit_2(local_lake, spark, cli_session):  # noqa: F811
+def test_sql_errors_are_one_line_with_exit_2(local_lake, spark, cli_session):
     cli = cli_session(local_lake)
     land_records(local_lake, FIRST)
     land(local_lake.config | {"tap_id": "tap-other"}, joined([schema_msg("x", TRICKY, ["id"]), record_msg("x", FIRST[0])]))
@@ -410,7 +323,7 @@ def test_sql_errors_are_one_line_with_exit_2(local_lake, spark, cli_session):  #
     assert table.returncode == 0 and table.stdout.splitlines() == ["n", "-", "1", "(1 row)"], table.stdout
 
 
-def test_vacuum_deletes_replaced_delta_and_staging_files_after_the_retention(local_lake, spark):  # noqa: F811
+def test_vacuum_deletes_replaced_delta_and_staging_files_after_the_retention(local_lake, spark):
     land_records(local_lake, FIRST)
     project(open_lake(local_lake), spark, TAP)
     land_records(local_lake, ['{"id": 2, "amount": 1, "big": 1, "huge": 1}'])

@@ -9,13 +9,13 @@ from datetime import datetime, timezone
 
 import pytest
 from deltalake import DeltaTable
-from lakes import TAP, LakeUnderTest, joined, land, schema_msg
 from singerlake.format.exact import json_text
 from singerlake.tables import delta
 from singerlake.tables.blocks import bucket_of
 from singerlake.tables.delta import table_key, table_uri
 from singerlake.tables.project import project
-from test_lake_jobs import open_lake, run_cli, spark  # noqa: F401  (spark: the module's session fixture)
+from support.lake_cli import open_lake, run_cli
+from support.lakes import TAP, LakeUnderTest, joined, land, schema_msg
 
 STREAM = "public.users"
 SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": ["string", "null"]}}}
@@ -37,7 +37,7 @@ def send(lake: LakeUnderTest, *messages: bytes, schema: dict = SCHEMA) -> None:
     land(lake.config, joined([schema_msg(STREAM, schema, ["id"]), *messages]))
 
 
-def run(lake: LakeUnderTest, spark, hard: bool, small_stream_bytes: int) -> dict:  # noqa: F811
+def run(lake: LakeUnderTest, spark, hard: bool, small_stream_bytes: int) -> dict:
     (result,) = project(open_lake(lake), spark, TAP, hard_delete=hard, small_stream_bytes=small_stream_bytes)
     return result
 
@@ -70,7 +70,7 @@ def padding(i: int) -> str:
     return "".join(hashlib.sha256(f"{i} {n}".encode()).hexdigest() for n in range(32))
 
 
-def full_table_refresh(lake: LakeUnderTest, spark, hard: bool, small_stream_bytes: int) -> None:  # noqa: F811
+def full_table_refresh(lake: LakeUnderTest, spark, hard: bool, small_stream_bytes: int) -> None:
     """Version 1 sends keys 1..5, version 2 only keys 1..3: after version 2's ACTIVATE_VERSION, 4 and 5 are gone at the source."""
     send(lake, *(record({"id": i, "name": f"v1 {i}", "pad": padding(i)}, 1) for i in range(1, 6)), activate(1))
     run(lake, spark, hard, small_stream_bytes)
@@ -83,7 +83,7 @@ def full_table_refresh(lake: LakeUnderTest, spark, hard: bool, small_stream_byte
 
 @pytest.mark.parametrize("small_stream_bytes", [SMALL, LARGE], ids=["small", "large"])
 @pytest.mark.parametrize("hard", [False, True], ids=["soft", "hard"])
-def test_a_full_table_refresh_deletes_the_keys_it_no_longer_sends(local_lake, spark, hard, small_stream_bytes):  # noqa: F811
+def test_a_full_table_refresh_deletes_the_keys_it_no_longer_sends(local_lake, spark, hard, small_stream_bytes):
     full_table_refresh(local_lake, spark, hard, small_stream_bytes)
     names = {key: row["name"] for key, row in rows(local_lake).items()}
     if hard:
@@ -102,7 +102,7 @@ def test_a_full_table_refresh_deletes_the_keys_it_no_longer_sends(local_lake, sp
 
 
 @pytest.mark.parametrize("hard", [False, True], ids=["soft", "hard"])
-def test_an_activation_landed_alone_after_the_last_run_is_applied_once(local_lake, spark, hard):  # noqa: F811
+def test_an_activation_landed_alone_after_the_last_run_is_applied_once(local_lake, spark, hard):
     """An ACTIVATE_VERSION with no record after it sits exactly at the previous run's position."""
     send(local_lake, *(record({"id": i, "name": "one"}, 1) for i in range(1, 4)))
     run(local_lake, spark, hard, SMALL)
@@ -126,7 +126,7 @@ DELETED = "2024-06-01T12:00:00.000000Z"
 FILLER = [{"id": i, "name": f"filler {i} " * 8} for i in range(100, 400)]  # room for several buckets on the large path
 
 
-def log_based(lake: LakeUnderTest, spark, hard: bool, small_stream_bytes: int, schema: dict = SCHEMA) -> None:  # noqa: F811
+def log_based(lake: LakeUnderTest, spark, hard: bool, small_stream_bytes: int, schema: dict = SCHEMA) -> None:
     """Key 1 inserted, updated, then deleted at the source (`_sdc_deleted_at`), key 2 inserted."""
     messages = [record({"id": 1, "name": "new"}), record({"id": 2, "name": "kept"}), *map(record, FILLER)]
     send(lake, *messages, schema=schema)
@@ -141,7 +141,7 @@ WITH_DELETED_AT = {"type": "object", "properties": {**SCHEMA["properties"], "_sd
 @pytest.mark.parametrize("schema", [SCHEMA, WITH_DELETED_AT], ids=["undeclared", "declared-string"])
 @pytest.mark.parametrize("small_stream_bytes", [SMALL, LARGE], ids=["small", "large"])
 @pytest.mark.parametrize("hard", [False, True], ids=["soft", "hard"])
-def test_sdc_deleted_at_deletes_a_key_and_a_later_record_brings_it_back(local_lake, spark, hard, small_stream_bytes, schema):  # noqa: F811
+def test_sdc_deleted_at_deletes_a_key_and_a_later_record_brings_it_back(local_lake, spark, hard, small_stream_bytes, schema):
     log_based(local_lake, spark, hard, small_stream_bytes, schema)
     found = rows(local_lake)
     assert found[2]["name"] == "kept" and len(found) == len(FILLER) + (1 if hard else 2)
@@ -174,8 +174,8 @@ def published(lake: LakeUnderTest) -> tuple[str, list[dict]]:
 
 
 @pytest.mark.parametrize("hard", [False, True], ids=["soft", "hard"])
-def test_small_and_large_streams_delete_the_same_rows(tmp_path_factory, spark, hard):  # noqa: F811
-    from lakes import local_lake_at
+def test_small_and_large_streams_delete_the_same_rows(tmp_path_factory, spark, hard):
+    from support.lakes import local_lake_at
 
     tables = []
     for small_stream_bytes in (SMALL, LARGE):
@@ -189,7 +189,7 @@ def test_small_and_large_streams_delete_the_same_rows(tmp_path_factory, spark, h
     assert tables[0] == tables[1]
 
 
-def test_cli_hard_delete_projects_a_soft_table_anew(local_lake, spark):  # noqa: F811
+def test_cli_hard_delete_projects_a_soft_table_anew(local_lake, spark):
     full_table_refresh(local_lake, spark, False, SMALL)
     assert sorted(rows(local_lake)) == [1, 2, 3, 4, 5]
     out = run_cli(local_lake, "project", "--hard-delete")
@@ -200,7 +200,7 @@ def test_cli_hard_delete_projects_a_soft_table_anew(local_lake, spark):  # noqa:
     assert "_sdc_deleted_at" not in table(local_lake).schema().to_arrow().names
 
 
-def test_a_run_killed_before_its_commit_leaves_the_table_and_the_next_run_applies_the_activation(local_lake, spark, monkeypatch):  # noqa: F811
+def test_a_run_killed_before_its_commit_leaves_the_table_and_the_next_run_applies_the_activation(local_lake, spark, monkeypatch):
     send(local_lake, *(record({"id": i, "name": "one"}, 1) for i in range(1, 4)), activate(1))
     run(local_lake, spark, False, SMALL)
     send(local_lake, record({"id": 1, "name": "two"}, 2), activate(2))
@@ -218,7 +218,7 @@ def test_a_run_killed_before_its_commit_leaves_the_table_and_the_next_run_applie
     assert {key: utc(at) for key, at in deleted_at(local_lake).items()} == {1: None, 2: gone, 3: gone}
 
 
-def test_a_table_written_before_deletes_existed_is_projected_anew(local_lake, spark):  # noqa: F811
+def test_a_table_written_before_deletes_existed_is_projected_anew(local_lake, spark):
     """Its state has no `deletes`: the first run applies every activation and `_sdc_deleted_at` to the whole stream."""
     send(local_lake, *(record({"id": i, "name": "one"}, 1) for i in range(1, 4)), record({"id": 4, "_sdc_deleted_at": DELETED}))
     send(local_lake, record({"id": 1, "name": "two"}, 2), activate(2))

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from lakes import CLI, USERS, joined, record_msg, schema_msg
+from support.lakes import CLI, USERS, joined, record_msg, schema_msg
 
 REPO = Path(__file__).resolve().parents[1]
 

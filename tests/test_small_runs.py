@@ -7,37 +7,82 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-import pyarrow as pa
 import pyspark
-from singerlake.format.datafile import gzip_member
-from singerlake.landing.spark_write import Chunk, batch_table
+import pytest
 from singerlake.spark.session import driver_options
 
+# One local[1] session; each probe runs in its Python worker and answers in rows built from buffers, as the
+# executors' code does (``pa.array`` of Python values would import pandas there itself).
 WORKER_PROBE = """
-import json, sys
+import json, os, sys
+import pyarrow as pa
+from singerlake import Lake, open_storage
+from singerlake.format.datafile import gzip_member
+from singerlake.landing import spark_write
+from singerlake.spark import runner
+from singerlake.spark.results import result_batch, result_schema
 from singerlake.spark.session import spark_session
 
-def probe(batches):
-    import pyarrow as pa
+lake = Lake(open_storage(sys.argv[1]))
+lines = b'{"type":"RECORD","stream":"users","record":{"id":1}}\\n'
+schema = gzip_member(b'{"type":"SCHEMA"}\\n', 6)
+job = spark_write.FileJob(lake.storage, lake.paths("tap-x", "users"), "1234567890123", schema, 1 << 20, None, {})
+batch = spark_write.batch_table([[spark_write.Chunk(gzip_member(lines, 6), len(lines), 1, 5, 6)]])
+items = pa.table({"seq": pa.array([0, 1], pa.int64()), "item": pa.array(['{"n": 1}', '{"n": 5}'])})
+
+
+def imported(before):
+    return json.dumps({"pid": os.getpid(), "pandas_before": before, "pandas_after": "pandas" in sys.modules})
+
+
+def write(batches):  # a landing's executor side (what write_with_spark runs), then what the worker imported
+    before = "pandas" in sys.modules
+    yield from spark_write.write_partition([job], batches)
+    yield result_batch(spark_write.RESULT_COLUMNS, segment=[-1], first_chunk=[-1], meta=[imported(before)])
+
+
+def lake_job(batches):  # a lake job's executor side (what runner.run_items runs), then what the worker imported
+    before = "pandas" in sys.modules
+    yield from runner._run_partition(lambda item: item["n"] * 2, 2, batches)
+    yield result_batch(runner.RESULT_COLUMNS, seq=[-1], result=[imported(before)])
+
+
+def paths(batches):
     import pyspark
     for _ in batches:
         pass
     zips = [entry for entry in sys.path if entry.endswith("pyspark.zip")]
-    yield pa.RecordBatch.from_pydict({"found": [json.dumps({"pyspark": pyspark.__file__, "zips": zips})]})
+    yield result_batch({"found": "string"}, found=[json.dumps({"pyspark": pyspark.__file__, "zips": zips})])
+
 
 spark = spark_session("local[1]")
-print(spark.range(1).mapInArrow(probe, "found string").collect()[0].found)
+written = spark.createDataFrame(batch).mapInArrow(write, result_schema(**spark_write.RESULT_COLUMNS)).collect()
+ran = spark.createDataFrame(items).mapInArrow(lake_job, result_schema(**runner.RESULT_COLUMNS)).collect()
+found = spark.range(1).mapInArrow(paths, result_schema(found="string")).collect()
+print(json.dumps({
+    "written": sorted([row.segment, row.meta] for row in written),
+    "ran": sorted([row.seq, row.result] for row in ran),
+    "paths": json.loads(found[0].found),
+}))
 """
 
 
-def test_local_python_workers_import_the_installed_pyspark_not_the_uncompiled_zip():
-    """Spark puts pyspark.zip first on its workers' path, compiled again at every worker start."""
-    result = subprocess.run([sys.executable, "-c", WORKER_PROBE], capture_output=True, text=True, timeout=300)
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory) -> dict:
+    """What the probes found in the Python workers of one real local Spark session (started in a process of its own)."""
+    lake = tmp_path_factory.mktemp("small-runs") / "lake"
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    result = subprocess.run([sys.executable, "-c", WORKER_PROBE, str(lake)], capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(result.stdout.strip().splitlines()[-1])
-    assert found == {"pyspark": pyspark.__file__, "zips": []}
+    found["data_files"] = len(list(lake.rglob("*.singer.gz")))
+    return found
+
+
+def test_local_python_workers_import_the_installed_pyspark_not_the_uncompiled_zip(workers):
+    """Spark puts pyspark.zip first on its workers' path, compiled again at every worker start."""
+    assert workers["paths"] == {"pyspark": pyspark.__file__, "zips": []}
 
 
 def test_workers_of_another_interpreter_keep_sparks_own_daemon(monkeypatch):
@@ -60,42 +105,12 @@ def test_a_users_jvm_options_add_to_ours():
     assert driver_options("local[2]", {"spark.driver.memory": "3g"})["spark.driver.memory"] == "3g"
 
 
-EXECUTOR_WRITE = """
-import sys
-import pyarrow as pa
-from singerlake import Lake, open_storage
-from singerlake.format.datafile import gzip_member
-from singerlake.spark.runner import _run_partition
-from singerlake.landing.spark_write import FileJob, write_partition
-
-lake = Lake(open_storage(sys.argv[1]))
-batches = pa.ipc.open_file(sys.argv[2]).read_all().to_batches()
-job = FileJob(lake.storage, lake.paths("tap-x", "users"), "1234567890123", gzip_member(b'{"type":"SCHEMA"}\\n', 6), 1 << 20, None, {})
-rows = [row for batch in write_partition([job], iter(batches)) for row in batch.to_pylist()]
-items = pa.ipc.open_file(sys.argv[3]).read_all().to_batches()
-results = [row for batch in _run_partition(lambda item: item["n"] * 2, 2, iter(items)) for row in batch.to_pylist()]
-print(len(rows), results, "pandas" in sys.modules)
-"""
-
-
-def test_executors_writing_a_batch_or_running_a_lake_job_do_not_import_pandas(tmp_path: Path):
-    """pandas takes a worker about 0.3 s to import, on the critical path of every first batch and job."""
-    lines = b'{"type":"RECORD","stream":"users","record":{"id":1}}\n'
-    batch = arrow_file(tmp_path / "batch.arrow", batch_table([[Chunk(gzip_member(lines, 6), len(lines), 1, 5, 6)]]))
-    items = arrow_file(tmp_path / "items.arrow", pa.table({"seq": [0, 1], "item": ['{"n": 1}', '{"n": 5}']}))
-    result = subprocess.run(
-        [sys.executable, "-c", EXECUTOR_WRITE, str(tmp_path / "lake"), str(batch), str(items)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip() == "1 [{'seq': 0, 'result': '2'}, {'seq': 1, 'result': '10'}] False"
-    assert len(list((tmp_path / "lake").rglob("*.singer.gz"))) == 1
-
-
-def arrow_file(path: Path, table) -> Path:
-    with pa.ipc.new_file(path, table.schema) as writer:
-        writer.write_table(table)
-    return path
+def test_executors_writing_a_batch_or_running_a_lake_job_do_not_import_pandas(workers):
+    """pandas takes a worker about 0.3 s to import, on the critical path of every first batch and job: a real worker
+    ran a landing's write and a lake job's items, then found no pandas among its modules (nor before: it is conclusive)."""
+    (report_segment, report), *files = workers["written"]
+    assert report_segment == -1 and [segment for segment, _ in files] == [0] and workers["data_files"] == 1
+    (report_seq, job_report), *results = workers["ran"]
+    assert report_seq == -1 and results == [[0, "2"], [1, "10"]]
+    for imported in (json.loads(report), json.loads(job_report)):
+        assert imported["pandas_before"] is False and imported["pandas_after"] is False, imported

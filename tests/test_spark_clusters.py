@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pyspark
 import pytest
-from cli_session import CliSession
-from conftest import S3_KEYS, _free_port
-from lakes import s3_lake_at
 from singerlake import Lake
 from singerlake.spark.java import ensure_java
-from test_target_crash import STREAMS, TAP, assert_lake_complete, make_input, read_lake, run_to_end, write_config
+from support.cli_session import CliSession
+from support.lakes import s3_lake_at
+from support.s3_servers import S3_KEYS, free_port
+from support.target_runs import STREAMS, TAP, assert_lake_complete, make_input, read_lake, run_to_end, write_config
 
 pytestmark = pytest.mark.heavy  # a standalone cluster, a Connect server, executor JVMs
 # The lakes of these tests live on the real S3 server (SeaweedFS); the S3 suite covers moto too.
@@ -122,12 +122,12 @@ def start_standalone(servers: Servers, work: Path, workers: int, worker_prefix: 
     """A master and ``workers`` workers (1 core, 1 GiB each) on loopback; returns the master URL."""
     env = cluster_env(work)
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
-    port, ui = _free_port(), _free_port()
+    port, ui = free_port(), free_port()
     master = ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)]
     servers.start("master", [spark_class, *master], env, port)
     url = f"spark://127.0.0.1:{port}"
     for n in range(workers):
-        worker_port, worker_ui = _free_port(), _free_port()
+        worker_port, worker_ui = free_port(), free_port()
         args = ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--port", str(worker_port)]
         args += ["--webui-port", str(worker_ui), "--cores", "1", "--memory", "1g", "--work-dir", str(work / f"worker-{n}"), url]
         servers.start(f"worker-{n}", [*(worker_prefix or []), spark_class, *args], env, worker_port)
@@ -158,7 +158,7 @@ def connect_server(tmp_path_factory, executor_python):
     """The Connect server of the pip pyspark, its executors (local[2]) on the Python without singerlake."""
     work = tmp_path_factory.mktemp("connect")
     servers = Servers(work)
-    port = _free_port()
+    port = free_port()
     env = {**cluster_env(work), "PYSPARK_PYTHON": str(executor_python)}
     command = [str(SPARK_HOME / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer"]
     command += ["--master", "local[2]", "--conf", "spark.connect.grpc.binding.address=127.0.0.1"]

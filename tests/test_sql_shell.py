@@ -13,9 +13,9 @@ import termios
 import threading
 
 import pytest
-from cli_session import CliSession
-from lakes import LakeUnderTest, joined, land, local_lake_at, record_msg, schema_msg
-from test_lake_jobs import CLI
+from support.cli_session import CliSession
+from support.lake_cli import CLI
+from support.lakes import LakeUnderTest, joined, land, local_lake_at, record_msg, schema_msg
 
 USER = {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}}
 ERROR = "singerlake sql: error:"

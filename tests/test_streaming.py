@@ -7,12 +7,12 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from lakes import TAP, LakeUnderTest, joined, land, local_lake_at, record_msg, schema_msg
 from singerlake import Lake
 from singerlake.jobs.compact import compact_stream
 from singerlake.jobs.repair import repair
 from singerlake.sources import register
 from singerlake.spark.session import spark_session
+from support.lakes import TAP, LakeUnderTest, joined, land, local_lake_at, record_msg, schema_msg
 
 STREAM = "events"
 SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"}, "amount": {"type": "number"}, "note": {"type": ["string", "null"]}}}

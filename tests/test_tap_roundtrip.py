@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lakes import TAP, joined, land, schema_msg, state_msg
+from support.lakes import TAP, joined, land, schema_msg, state_msg
+from support.taps import of_type, replay, schema_in_force
 from tap_singerlake.tap import ConfigError
-from test_tap import of_type, replay, schema_in_force
 
 STREAM_NAMES = ["users", "public.Orders", "a/b ü"]
 SCHEMAS = [

@@ -21,7 +21,12 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from lakes import (
+from singer_sdk.exceptions import ConfigValidationError, MissingKeyPropertiesError, RecordsWithoutSchemaException
+from singerlake import Lake
+from singerlake.format.schema_hash import schema_hash
+from singerlake.landing import spark_write
+from singerlake.times import now_ms
+from support.lakes import (
     CLI,
     ORDERS,
     TAP,
@@ -38,11 +43,6 @@ from lakes import (
     schema_msg,
     state_msg,
 )
-from singer_sdk.exceptions import ConfigValidationError, MissingKeyPropertiesError, RecordsWithoutSchemaException
-from singerlake import Lake
-from singerlake.format.schema_hash import schema_hash
-from singerlake.landing import spark_write
-from singerlake.times import now_ms
 from target_singerlake.target import TargetSingerlake
 
 TS = r"\d{8}T\d{6}\.\d{3}Z"

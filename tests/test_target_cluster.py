@@ -15,51 +15,22 @@ same check tells them apart.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from pathlib import Path
 
 import pytest
-from probes import write_probe
 from singerlake import Lake
-from test_target_crash import STATE_EVERY, assert_lake_complete, make_input, read_lake, run_to_end, write_config
+from support.probes import CLUSTER, nearest_jvm, probed_env, writers
+from support.target_runs import STATE_EVERY, assert_lake_complete, make_input, read_lake, run_to_end, write_config
 
 pytestmark = pytest.mark.heavy  # local-cluster: a master, workers and executor JVMs per test
 
-CLUSTER = "local-cluster[2,1,1024]"
 RECORDS = 12_000  # 3 batches of BATCH_ROWS: 6 files, 2 STATEs; the run is mostly the cluster's start
 
 
 @pytest.fixture(scope="module")
 def small_input(tmp_path_factory):
     return make_input(tmp_path_factory.mktemp("input") / "input.singer.jsonl", records=RECORDS)
-
-
-def probed_env(tmp_path: Path) -> tuple[dict, Path]:
-    probe = write_probe(tmp_path / "probe", "SINGERLAKE_TEST_WRITE_LOG", ("write",))
-    log = tmp_path / "writes.jsonl"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(probe), env.get("PYTHONPATH")]))
-    env["SINGERLAKE_TEST_WRITE_LOG"] = str(log)
-    return env, log
-
-
-def writers(log: Path) -> dict[str, dict]:
-    """Data file key (relative to the lake root) -> the process that wrote it."""
-    found = {}
-    for line in log.read_text().splitlines():
-        entry = json.loads(line)
-        found[entry["key"]] = entry
-    return found
-
-
-def nearest_jvm(entry: dict) -> dict:
-    """The closest ancestor of the writing process that is a Java process."""
-    for process in entry["ancestry"][1:]:
-        if process["cmdline"].split(" ", 1)[0].endswith("/java"):
-            return process
-    raise AssertionError(f"{entry['key']} was written by pid {entry['pid']}, which has no JVM ancestor: {entry['ancestry']}")
 
 
 SPARK_ERROR = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \| ERROR .*$", re.M)  # singerlake/log4j2.properties

@@ -11,9 +11,9 @@ import threading
 import time
 from pathlib import Path
 
-from lakes import CLI, TAP, USERS, joined, land, record_msg, schema_msg, state_msg
 from singerlake import Lake
 from singerlake.landing.lander import Lander, LandingSettings
+from support.lakes import CLI, TAP, USERS, joined, land, record_msg, schema_msg, state_msg
 
 HANG_S = 300  # hang detector, not a speed limit
 

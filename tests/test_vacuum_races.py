@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from writers import (
+from support.writers import (
     LONG_AGO_MS,
     PUSH_ARGS,
     Held,

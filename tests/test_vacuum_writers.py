@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from lakes import TAP, local_lake_at
-from writers import (
+from support.lakes import TAP, local_lake_at
+from support.writers import (
     HANG_S,
     PUSH_ARGS,
     RECORDS,

@@ -1,9 +1,14 @@
 """A process probe for cluster tests: a ``sitecustomize`` that logs each data file (``.singer.gz``)
-a storage method touches, with the ancestry of the process that touched it (driver or executor)."""
+a storage method touches, with the ancestry of the process that touched it (driver or executor);
+``probed_env`` gives a run that probe, ``writers`` reads its log and ``nearest_jvm`` tells a writer's JVM."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
+
+CLUSTER = "local-cluster[2,1,1024]"  # executors as processes of their own, under executor JVMs
 
 _PROBE = '''
 """Test probe: log which process calls __METHODS__ on each data file (only when __ENV__ is set)."""
@@ -63,3 +68,30 @@ def write_probe(directory: Path, env: str, methods: tuple[str, ...]) -> Path:
     directory.mkdir(exist_ok=True)
     (directory / "sitecustomize.py").write_text(_PROBE.replace("__ENV__", env).replace("__METHODS__", repr(methods)))
     return directory
+
+
+def probed_env(tmp_path: Path) -> tuple[dict, Path]:
+    """The environment of a run whose processes log each data file they write, and that log."""
+    probe = write_probe(tmp_path / "probe", "SINGERLAKE_TEST_WRITE_LOG", ("write",))
+    log = tmp_path / "writes.jsonl"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(probe), env.get("PYTHONPATH")]))
+    env["SINGERLAKE_TEST_WRITE_LOG"] = str(log)
+    return env, log
+
+
+def writers(log: Path) -> dict[str, dict]:
+    """Data file key (relative to the lake root) -> the process that wrote it."""
+    found = {}
+    for line in log.read_text().splitlines():
+        entry = json.loads(line)
+        found[entry["key"]] = entry
+    return found
+
+
+def nearest_jvm(entry: dict) -> dict:
+    """The closest ancestor of the writing process that is a Java process."""
+    for process in entry["ancestry"][1:]:
+        if process["cmdline"].split(" ", 1)[0].endswith("/java"):
+            return process
+    raise AssertionError(f"{entry['key']} was written by pid {entry['pid']}, which has no JVM ancestor: {entry['ancestry']}")

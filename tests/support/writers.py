@@ -13,11 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
-from lakes import CLI as TARGET_CLI
-from lakes import LakeUnderTest
 from singerlake.commits.lock import LockInfo
 from singerlake.lake import Lake
 from singerlake.times import iso_ms, now_ms
+
+from support.lakes import CLI as TARGET_CLI
+from support.lakes import LakeUnderTest
+from support.processes import process_state
 
 HANG_S = 300  # hang detector, not a speed limit
 SINGERLAKE = [sys.executable, "-m", "singerlake.cli"]
@@ -90,7 +92,7 @@ class Held:
         if not self.paused.wait(HANG_S):
             self.proc.kill()
             pytest.fail(f"never reached {self.point}; stderr:\n{b''.join(self.err).decode()[-3000:]}")
-        while _state(self.proc.pid) != "T":  # the line is printed just before the SIGSTOP
+        while process_state(self.proc.pid) != "T":  # the line is printed just before the SIGSTOP
             time.sleep(0.01)
         return self
 
@@ -107,11 +109,6 @@ class Held:
         for thread in self.threads:
             thread.join(HANG_S)
         return subprocess.CompletedProcess(self.proc.args, self.proc.returncode, b"".join(self.out), b"".join(self.err))
-
-
-def _state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as handle:
-        return handle.read().rsplit(")", 1)[1].split()[0]
 
 
 def make_stale(lake: LakeUnderTest, key: str, ago_ms: int = 3_600_000) -> None:

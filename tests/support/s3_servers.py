@@ -15,13 +15,23 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 S3_KEYS = {"access_key_id": "testing", "secret_access_key": "testing-secret", "region": "us-east-1"}
 START_TIMEOUT_S = 60  # only detects a server that never comes up; a normal start takes 1-5 s
+S3_SERVERS = ("moto", "seaweedfs")
+BACKENDS = ("local", *S3_SERVERS)  # the ids of every test that runs on each backend
+
+
+def _fail(message: str):
+    """A test's clean failure under pytest; elsewhere (bench/) an exit with the message."""
+    try:
+        import pytest
+    except ImportError:
+        raise SystemExit(message) from None
+    pytest.fail(message)
 
 
 @dataclass
@@ -65,7 +75,7 @@ def _is_free(port: int) -> bool:
 def _executable(name: str, install_hint: str) -> str:
     found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
     if not found:
-        pytest.fail(f"{name} not installed: {install_hint}")
+        _fail(f"{name} not installed: {install_hint}")
     return found
 
 
@@ -74,7 +84,7 @@ def _wait_until(server: S3Server, ready) -> None:
     while not ready():
         if time.monotonic() > deadline or server.process.poll() is not None:
             server.stop()
-            pytest.fail(f"{server.name} did not start; log:\n{server.log.read_text(errors='replace')[-4000:]}")
+            _fail(f"{server.name} did not start; log:\n{server.log.read_text(errors='replace')[-4000:]}")
         time.sleep(0.1)
 
 
@@ -182,3 +192,40 @@ def start_seaweedfs(work_dir: Path) -> S3Server:
     _wait_until(server, lambda: _S3_ENDPOINT_LINE.search(log.read_bytes()) is not None)
     server.endpoint = _S3_ENDPOINT_LINE.search(log.read_bytes()).group(1).decode()
     return server
+
+
+# -- buckets for tests ------------------------------------------------------------------------------
+def new_bucket(request, server: S3Server) -> tuple[str, dict]:
+    """A fresh bucket on ``server`` for this test (dropped after it); returns (url, options) for open_storage."""
+    from singerlake.storage import S3Storage
+
+    bucket = f"lake-{uuid.uuid4().hex[:12]}"
+    client = S3Storage(f"s3://{bucket}", **server.options()).client
+    client.create_bucket(Bucket=bucket)
+    if server.name == "seaweedfs":
+        # SeaweedFS gives each bucket a volume of its own, and a disk holds only so many: drop it
+        # (contents and all) after the test.
+        request.addfinalizer(lambda: client.delete_bucket(Bucket=bucket))
+    else:
+        # moto keeps every object of the session in its one process's memory: empty and drop the bucket
+        # after the test, so later tests do not run against an ever larger (slower to collect) heap.
+        request.addfinalizer(lambda: _empty_and_drop(client, bucket))
+    return f"s3://{bucket}/some/prefix", server.options()
+
+
+def _empty_and_drop(client, bucket: str) -> None:
+    """Best effort: what a test left in its moto bucket is not part of what it checks."""
+    try:
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+        keys = [item["Key"] for page in pages for item in page.get("Contents", [])]
+        for start in range(0, len(keys), 1000):
+            chunk = [{"Key": key} for key in keys[start : start + 1000]]
+            client.delete_objects(Bucket=bucket, Delete={"Objects": chunk, "Quiet": True})
+        client.delete_bucket(Bucket=bucket)
+    except Exception as exc:  # a cleanup failure must not fail the test that used the bucket
+        print(f"support.s3_servers: could not drop moto bucket {bucket}: {exc}")
+
+
+def s3_root_on(request) -> tuple[str, dict]:
+    """A fresh bucket on the server a parametrized fixture's ``request.param`` names ("moto", "seaweedfs")."""
+    return new_bucket(request, request.getfixturevalue(f"{request.param}_server"))
