@@ -43,8 +43,9 @@ def held_landing(lake, tmp_path: Path) -> tuple[Held, set[str]]:
 
 
 @pytest.mark.heavy
-def test_a_landing_held_before_its_commit_with_its_lock_live_loses_nothing(cli_lake, tmp_path):
-    lake = cli_lake
+def test_a_landing_held_before_its_commit_with_its_lock_live_loses_nothing(local_lake, tmp_path):
+    """On local disk only: what keeps the files is the lock's freshness, which test_lock checks on every backend."""
+    lake = local_lake
     target, uncommitted = held_landing(lake, tmp_path)
     vacuum_now(lake)
     assert set(lake.data_keys()) == uncommitted, "a live writer's files are left for a later pass"
@@ -110,7 +111,7 @@ def test_soak_writers_and_a_vacuum_loop_lose_nothing_acknowledged(tmp_path):
     ``vacuum --retention 0s --force --apply`` runs in a loop too. Afterwards every pushed file fetches
     byte for byte, every record a STATE covered replays and is in the projected table, and verify is clean."""
     seed = int(os.environ.get("SOAK_SEED", time.time_ns() % 1_000_000))
-    seconds = float(os.environ.get("SOAK_SECONDS", "45"))
+    seconds = float(os.environ.get("SOAK_SECONDS", "30"))
     print(f"soak seed {seed}, {seconds:.0f}s (SOAK_SEED, SOAK_SECONDS to repeat)")
     rng = random.Random(seed)
     lake = local_lake_at(tmp_path)
