@@ -35,14 +35,16 @@ def small_input(tmp_path_factory):
 
 SPARK_ERROR = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \| ERROR .*$", re.M)  # singerlake/log4j2.properties
 RETRIED = tuple(f"will retry ({n}/5)." for n in range(1, 5))  # Spark's own retries, not the last one
+# A one-way RPC message that reached an endpoint already stopping, at the application's end under load.
+BENIGN = (*RETRIED, "Error while invoking RpcHandler#receive() for one-way message from 127.0.0.1/127.0.0.1:")
 
 
 def land(config: Path, small_input, tmp_path: Path, env: dict):
     run = run_to_end(config, small_input.lines, tmp_path, "cluster-run", env)
     assert run.states() == small_input.states, "every STATE, in order, after its records were committed"
     # The application ends cleanly: no executor relaunches, no "application FAILED" after success.
-    # (A message Spark retries itself, e.g. a worker's report to a master slow under load, is no failure.)
-    errors = [line for line in SPARK_ERROR.findall(run.stderr) if not line.endswith(RETRIED)]
+    # (A message Spark retries itself, or a one-way message at the end, under load, is no failure.)
+    errors = [line for line in SPARK_ERROR.findall(run.stderr) if not any(benign in line for benign in BENIGN)]
     assert not errors, "a successful run logged Spark errors:\n" + "\n".join(errors[:10])
     return run
 
