@@ -53,9 +53,14 @@ def copy_verified(storage: Storage, record: dict, out: BinaryIO) -> int:
             digest.update(chunk)
             out.write(chunk)
             size += len(chunk)
-    if digest.hexdigest() != record["hash"] or size != record["size"]:
-        raise CorruptFile(f"{storage.url_of(record['key'])}: its bytes do not match the record's hash/size (file {record['id']})")
+    check_bytes(storage, record, digest.hexdigest(), size)
     return size
+
+
+def check_bytes(storage: Storage, record: dict, hexdigest: str, size: int) -> None:
+    """Raise CorruptFile unless a file's bytes, read whole, have its record's hash and size."""
+    if hexdigest != record["hash"] or size != record["size"]:
+        raise CorruptFile(f"{storage.url_of(record['key'])}: its bytes do not match the record's hash/size (file {record['id']})")
 
 
 def name_for(record: dict, template: str) -> Path:

@@ -138,14 +138,13 @@ def row_of(record: dict) -> tuple:
 
 def content_of(storage: Storage, record: dict) -> bytes:
     """The file's bytes, checked against its record's hash and size (as ``fetch`` checks them)."""
-    from singerlake.format.errors import CorruptFile
+    from singerlake.files.fetch import check_bytes
     from singerlake.format.metadata import new_digest
 
     data = storage.read(record["key"]).data
     digest = new_digest()
     digest.update(data)
-    if digest.hexdigest() != record["hash"] or len(data) != record["size"]:
-        raise CorruptFile(f"{storage.url_of(record['key'])}: its bytes do not match the record's hash/size (file {record['id']})")
+    check_bytes(storage, record, digest.hexdigest(), len(data))
     return data
 
 
