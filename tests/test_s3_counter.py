@@ -199,6 +199,24 @@ def test_pyiceberg_file_io_through_the_proxy(counted_s3_root):
     assert {key.rsplit("/", 2)[-2:][0] for key in tally.keys()} == {"iceberg"}
 
 
+def test_a_lake_on_the_counted_root_sends_what_the_counting_storage_counts(counted_s3_root):
+    """The root's options open a lake; a landing's requests at the HTTP level are the Python-level ``Counting``'s."""
+    from singerlake import Lake, SchemaWriter
+    from singerlake.storage import S3Storage
+    from support.storage import Counting
+
+    url, options = counted_s3_root
+    storage = Counting(S3Storage(url, **options))
+    schema = {"type": "SCHEMA", "stream": "users", "key_properties": ["id"], "schema": {"type": "object", "properties": {}}}
+    lines = [b'{"type":"RECORD","stream":"users","record":{"id":1}}']
+    with counted_s3_root.counter.counting() as tally:
+        with SchemaWriter(Lake(storage), "tap-count", schema) as writer:
+            writer.commit([writer.write_file(lines, [1_796_000_000_000])])
+    assert tally.kinds == storage.kinds() and tally[PUT] >= 2
+    assert all(r.status in (200, 204, 404) for r in tally.requests)
+    assert any(key.endswith("manifest.json") for key in tally.keys(PUT))
+
+
 def test_concurrent_clients_are_each_counted_once(counted_s3_root):
     root, s3 = counted_s3_root, client(counted_s3_root)
 
