@@ -10,6 +10,7 @@ import contextlib
 import os
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
@@ -20,7 +21,7 @@ from singerlake.storage import S3Storage
 from singerlake.tables import delta
 from singerlake.tables.delta_log import checkpoint_due
 from singerlake.tables.project import project
-from support.lakes import TAP, record_msg
+from support.lakes import TAP, duckdb_for, record_msg
 from support.s3_counter import counted_root
 from support.storage import KINDS, Counting
 
@@ -90,6 +91,15 @@ def test_the_300th_incremental_project_costs_what_the_10th_does_on_a_local_lake(
     check_cost(counts, walls, delta.table_uri(local_lake.storage, delta.table_key(TAP, STREAM)), {})
     parts = delta.latest(local_lake.storage, delta.table_key(TAP, STREAM)).state["parts"]
     assert len(parts) == 1, "1,500 small rows are one open part"
+    uri = delta.table_uri(local_lake.storage, delta.table_key(TAP, STREAM))
+    ids = duckdb_for(local_lake, "delta").execute(f"SELECT id FROM delta_scan('{uri}') ORDER BY id").fetchall()
+    assert [row[0] for row in ids] == list(range(ROUNDS * PER_ROUND)), "DuckDB (delta-kernel) reads the table from our checkpoints"
+    # Files replaced within the hour stay for time travel, however old they are: their tombstones are in the checkpoints.
+    two_days_ago = time.time() - 2 * 86_400
+    for path in Path(uri).glob("part-*.parquet"):
+        os.utime(path, (two_days_ago, two_days_ago))
+    assert DeltaTable(uri).vacuum(retention_hours=1, dry_run=True, enforce_retention_duration=False, full=True) == []
+    assert len(DeltaTable(uri).vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False, full=True)) == ROUNDS - 1
 
 
 def test_the_300th_incremental_project_costs_what_the_10th_does_on_s3(request, moto_server):

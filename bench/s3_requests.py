@@ -1,6 +1,6 @@
 """S3 requests per operation, counted at the HTTP level, beside Delta's floor for the same work.
 
-    python bench/requests.py [--records 100] [--batches 3] [--streams 50] [--rounds 100] [--updates 10] [--json] [--verbose]
+    python bench/s3_requests.py [--records 100] [--batches 3] [--streams 50] [--rounds 100] [--updates 10] [--json] [--verbose]
 
 A moto S3 server (tests/support/s3_servers.py) behind the tests' counting proxy (tests/support/s3_counter.py),
 which sees every request of every process (the CLIs, their Spark executors' Python workers, delta-rs); each
