@@ -19,7 +19,8 @@ operation is the real command the README documents, in a process of its own, poi
   Delta checkpoint says so;
 - the monthly cost of a pipeline landing --streams streams every 5 minutes and projecting after each run
   (8,640 runs): the warm landing of the streams + their incremental project + the growth per stream of the
-  long run's project from round 2 to its last round, at S3 Standard list prices (printed).
+  long run's project from round 2 to its last rounds (the mean of one checkpoint interval), at S3
+  Standard list prices (printed).
 
 Kinds as S3 bills them (HEAD at the GET price; POST: CreateMultipartUpload/CompleteMultipartUpload;
 DELETE includes batch deletes). Delta's floor: what a Delta writer or reader that knows its table's version
@@ -43,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import streams  # noqa: F401  (first: it puts tests/ on sys.path, for support: the tests' S3 launcher and counting proxy)
+from singerlake.tables.delta_log import CHECKPOINT_INTERVAL
 from support.cli_session import CliSession
 from support.s3_counter import KINDS, S3Counter
 from support.s3_servers import start_moto
@@ -323,7 +325,10 @@ def monthly(bench: Bench, warm: Row, project: Row, series: list[dict]) -> dict:
     s = bench.args.streams
     by_round = {item["round"]: Counter(item["requests"]) for item in series}
     last = max(by_round)
-    growth = Counter({k: max(n, 0) for k, n in minus(by_round[last], by_round.get(2, by_round[last])).items()}) if last > 2 else Counter()
+    # The last rounds' mean, over one checkpoint interval (one checkpoint run in it, as in any such stretch of a month)
+    recent = [by_round[n] for n in range(max(3, last - CHECKPOINT_INTERVAL + 1), last + 1) if n in by_round]
+    mean = Counter({k: sum(c[k] for c in recent) / len(recent) for k in {k for c in recent for k in c}}) if recent else Counter()
+    growth = Counter({k: max(n, 0) for k, n in minus(mean, by_round.get(2, mean)).items()}) if last > 2 else Counter()
     per_run = warm.kinds + project.kinds + Counter({k: n * s for k, n in growth.items()})
     floor = land_floor(s) + project_floor(s, touched=0)
     return {
@@ -377,7 +382,8 @@ def report(rows: list[Row], shown: list[Row], month: dict, args: argparse.Namesp
     growth = ", ".join(f"{kind} {number(n)}" for kind, n in month["growth_per_stream"].items() if n) or "none"
     print(f"Monthly: {args.streams} streams landed every 5 minutes and projected after each run ({RUNS_PER_MONTH:,} runs a month).")
     print(f"Per run: the warm landing + incremental project of the {args.streams} streams + {args.streams} × the long run's project growth "
-          f"per stream from round 2 to round {month['at_round']:,} ({growth}): {per_run}")  # fmt: skip
+          f"per stream from round 2 to rounds {month['at_round'] - CHECKPOINT_INTERVAL + 1:,}-{month['at_round']:,} (their mean, "
+          f"a checkpoint among them) ({growth}): {per_run}")  # fmt: skip
     print(f"  singerlake: ${month['usd_per_month']:,.2f} a month; Delta's floor ({floor}): ${month['floor_usd_per_month']:,.2f} a month")
     print(f"  {PRICES}")
 
