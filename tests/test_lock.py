@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 from singerlake.commits.errors import CommitRejected, LockLost, LockTimeout
-from singerlake.commits.lock import Lock, read_lock
+from singerlake.commits.lock import Lock, read_lock, writer_id_key
 from singerlake.format.layout import StreamPaths
 from singerlake.lake import Lake
 from singerlake.landing.writer import SchemaWriter
-from singerlake.times import now_ms
+from singerlake.times import new_file_id, now_ms
 from support.children import open_spec, run_together, spawn
 
 TAP = "tap-locktest"
@@ -201,6 +201,8 @@ def test_release_after_takeover_does_not_clobber_the_new_owner(lake_spec):
     a, b = _taken_over(storage, key)
     try:
         assert b.writer_id != a.writer_id
+        assert b.took_over and not a.took_over  # the taker knows its predecessor did not finish (SPEC.md §9)
+        assert writer_id_key(b.writer_id) > writer_id_key(a.writer_id)
         assert a.release() is False
         assert a.lost
         info = read_lock(storage, key)
@@ -244,6 +246,15 @@ def test_writer_id_is_never_reused(lake_spec):
         assert lock.release() is True
         assert read_lock(storage, key) is None
     assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids, key=writer_id_key), "a later acquisition has a greater id (UUIDv7, SPEC.md §8)"
+    # A registered writer whose clock ran an hour ahead: an acquirer that read its id still draws a greater one.
+    ahead = f"writer-{new_file_id(now_ms() + 3_600_000)}"
+    lock.acquire(after=ahead)
+    try:
+        assert writer_id_key(lock.writer_id) > writer_id_key(ahead)
+        assert read_lock(storage, key).writer_id == lock.writer_id
+    finally:
+        lock.release()
 
 
 # -- 6. many held locks share one heartbeat -----------------------------------------------------------

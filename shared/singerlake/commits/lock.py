@@ -3,7 +3,8 @@
 A lock is a tiny JSON object created with a create-only write. Its holder refreshes it while it
 works; a waiter takes it over only when ``refreshed`` is older than the lease plus a clock-drift
 margin, replacing exactly the version it judged stale (If-Match). Every acquisition uses a fresh
-writer id, so an id that lost a lock is never used again.
+writer id, so an id that lost a lock is never used again; ids are UUIDv7, so a later acquisition
+has a greater id (the fence of SPEC.md §9 compares them).
 """
 
 from __future__ import annotations
@@ -14,14 +15,13 @@ import json
 import logging
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from singerlake.commits.errors import LockLost, LockTimeout
 from singerlake.storage import NotFound, PreconditionFailed, Storage
-from singerlake.times import iso_ms, now_ms, to_ms
+from singerlake.times import file_id_ms, iso_ms, new_file_id, now_ms, to_ms
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,28 @@ def _parse_iso(text: str) -> int:
     return to_ms(datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc))
 
 
+def new_writer_id(prefix: str = "writer", after: str | None = None) -> str:
+    """``<prefix>-<UUIDv7 hex>``: ordered by the time it is drawn, and above ``after`` (an id of this
+    form: the registered writer the acquirer read, SPEC.md §8-§9) even when this clock lags behind."""
+    floor = writer_id_ms(after) if after else None
+    created = now_ms() if floor is None else max(now_ms(), floor + 1)
+    return f"{prefix}-{new_file_id(created)}"
+
+
+def writer_id_ms(writer_id: str) -> int | None:
+    """The creation time of a writer id drawn by ``new_writer_id``; None for any other id (older
+    writers drew random ids)."""
+    _, _, hexid = writer_id.rpartition("-")
+    if len(hexid) != 32 or hexid[12] != "7" or hexid.strip("0123456789abcdef"):
+        return None
+    return file_id_ms(hexid)
+
+
+def writer_id_key(writer_id: str) -> str | None:
+    """What orders two ids of ``new_writer_id``: their UUIDv7s (the prefix says nothing of time)."""
+    return writer_id.rpartition("-")[2] if writer_id_ms(writer_id) is not None else None
+
+
 def _body(writer_id: str, acquired_ms: int, refreshed_ms: int, lease_s: float) -> bytes:
     doc = {"writer-id": writer_id, "acquired": iso_ms(acquired_ms), "refreshed": iso_ms(refreshed_ms), "lease_seconds": lease_s}
     return json.dumps(doc, separators=(",", ":")).encode()
@@ -80,6 +102,7 @@ class Lock:
         self.writer_prefix = writer_prefix
         self.heartbeat = heartbeat
         self.writer_id: str | None = None
+        self.took_over = False  # the last acquisition replaced a stale lock: its holder may have died mid-work
         self._etag: str | None = None
         self._acquired_ms = 0
         self._lost = threading.Event()
@@ -95,14 +118,18 @@ class Lock:
             return (time.monotonic() - observed_since) * 1000 > margin_ms
         return now_ms() - info.refreshed_ms > margin_ms
 
-    def acquire(self) -> Lock:
+    def acquire(self, after: str | None = None) -> Lock:
+        """Take the lock: one create-only write when it is free. ``after``: a writer id the new one
+        must sort above (the stream-schema's registered writer, read before, SPEC.md §9)."""
         if self._etag is not None:
             raise RuntimeError(f"{self.key}: already held by this object")
-        writer_id = f"{self.writer_prefix}-{uuid.uuid4().hex}"
         deadline = time.monotonic() + self.wait_s
         seen_etag, seen_since = None, time.monotonic()
         holder = None
         while True:
+            took_over = False
+            # Drawn for each attempt: the id of the write that wins is as late as the acquisition itself.
+            writer_id = new_writer_id(self.writer_prefix, after)
             stamp = now_ms()
             body = _body(writer_id, stamp, stamp, self.lease_s)
             try:
@@ -129,7 +156,8 @@ class Lock:
                 except PreconditionFailed:
                     continue  # someone else refreshed or took it over first
                 log.warning("took over stale lock %s from %s", self.storage.url_of(self.key), holder)
-            self.writer_id, self._etag, self._acquired_ms = writer_id, etag, stamp
+                took_over = True
+            self.writer_id, self._etag, self._acquired_ms, self.took_over = writer_id, etag, stamp, took_over
             self._lost.clear()
             self._stop.clear()
             self._held += 1
@@ -187,6 +215,13 @@ class Lock:
                 log.warning("%s was taken over before release; left to its new owner", self.key)
                 self._lost.set()
                 return False
+
+    def abandon(self) -> None:
+        """Stop refreshing without deleting: the lock goes stale after its lease, and the next writer
+        takes it over knowing that this one did not finish (SPEC.md §9)."""
+        self._stop.set()
+        with self._io:
+            self._etag = None
 
     def __enter__(self) -> Lock:
         return self.acquire()
