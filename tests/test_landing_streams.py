@@ -21,6 +21,7 @@ from singerlake.format.layout import StreamPaths, catalogue_key
 from singerlake.format.scan import scan_stream
 from singerlake.format.schema_hash import schema_hash
 from singerlake.landing.errors import LandingError
+from singerlake.times import iso_ms, now_ms
 from support.lakes import TAP, LakeUnderTest, joined, record_msg, schema_msg, state_msg
 from support.probes import CLUSTER, nearest_jvm, probed_env, writers
 from support.storage import Counting
@@ -187,8 +188,9 @@ def test_a_stream_with_data_but_no_manifest_is_seeded_from_a_scan_not_taken_for_
 
 
 def test_parallel_commits_still_reject_a_fenced_out_writer(lake):
-    """Another writer registers for one stream between two batches: that stream's commit is refused, its
-    files stay invisible, and the STATE of the batch is not emitted; the other streams commit side by side."""
+    """Another writer takes one stream's lock over and registers between two batches: that stream's commit
+    is refused, its files stay invisible, and the STATE of the batch is not emitted; the other streams
+    commit side by side."""
     lines, sent = many_streams(streams=24, records_per_batch=2, batches=2)
     target = cut_at_each_state(lake, rows=24 * 2)
     victim = stream_name(7)
@@ -196,8 +198,11 @@ def test_parallel_commits_still_reject_a_fenced_out_writer(lake):
 
     def intrude_after_first(state: bytes) -> None:
         emit(state)
-        if json.loads(state)["batch"] == 1:
-            register_writer(lake.storage, StreamPaths(TAP, victim), schema_hash(SCHEMA, ["id"]), "writer-intruder")
+        if json.loads(state)["batch"] == 1:  # the intruder takes the victim's lock over and registers, as a taker does
+            paths, digest = StreamPaths(TAP, victim), schema_hash(SCHEMA, ["id"])
+            body = {"writer-id": "writer-intruder", "acquired": iso_ms(now_ms()), "refreshed": iso_ms(now_ms()), "lease_seconds": 600}
+            lake.storage.write(paths.lock(digest), json.dumps(body).encode())
+            register_writer(lake.storage, paths, digest, "writer-intruder")
 
     target.lander.drain.emit_state = intrude_after_first
     out = io.StringIO()
@@ -209,7 +214,7 @@ def test_parallel_commits_still_reject_a_fenced_out_writer(lake):
     for stream, records in sent.items():
         if stream != victim:
             assert lake.stored(stream) == [record.rstrip(b"\n") for record in records]
-    assert lake.locks() == []
+    assert lake.locks() == [StreamPaths(TAP, victim).lock(schema_hash(SCHEMA, ["id"]))], "the intruder's lock is left to it"
 
 
 @pytest.mark.heavy

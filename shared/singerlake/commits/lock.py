@@ -55,11 +55,11 @@ def _parse_iso(text: str) -> int:
     return to_ms(datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc))
 
 
-def new_writer_id(prefix: str = "writer", after: str | None = None) -> str:
-    """``<prefix>-<UUIDv7 hex>``: ordered by the time it is drawn, and above ``after`` (an id of this
-    form: the registered writer the acquirer read, SPEC.md §8-§9) even when this clock lags behind."""
-    floor = writer_id_ms(after) if after else None
-    created = now_ms() if floor is None else max(now_ms(), floor + 1)
+def new_writer_id(prefix: str = "writer", *after: str | None) -> str:
+    """``<prefix>-<UUIDv7 hex>``: ordered by the time it is drawn, and above every id of ``after`` of this
+    form (a registered writer, a stale holder; SPEC.md §8-§9) even when this clock lags behind theirs."""
+    floors = [ms for ms in (writer_id_ms(other) for other in after if other) if ms is not None]
+    created = max([now_ms(), *(ms + 1 for ms in floors)])
     return f"{prefix}-{new_file_id(created)}"
 
 
@@ -120,7 +120,8 @@ class Lock:
 
     def acquire(self, after: str | None = None) -> Lock:
         """Take the lock: one create-only write when it is free. ``after``: a writer id the new one
-        must sort above (the stream-schema's registered writer, read before, SPEC.md §9)."""
+        must sort above (the stream-schema's registered writer, read before, SPEC.md §9); a takeover's
+        id also sorts above the stale holder's."""
         if self._etag is not None:
             raise RuntimeError(f"{self.key}: already held by this object")
         deadline = time.monotonic() + self.wait_s
@@ -150,6 +151,8 @@ class Lock:
                         raise LockTimeout(f"{self.storage.url_of(self.key)} is held by {holder}; waited {self.wait_s:.0f}s") from None
                     time.sleep(self.poll_s)
                     continue
+                writer_id = new_writer_id(self.writer_prefix, after, info.writer_id if info else None)
+                body = _body(writer_id, stamp, stamp, self.lease_s)
                 try:
                     # Replaces exactly the version judged stale: losing to another taker or a late refresh fails here.
                     etag = self.storage.write(self.key, body, if_match=current.etag, durable=False)
@@ -178,6 +181,23 @@ class Lock:
                 self._lost.set()
                 raise LockLost(f"{self.storage.url_of(self.key)}: lock of {self.writer_id} was taken over") from None
 
+    def renew_id(self, above: str) -> str:
+        """Prove this lock is still held, and sort above ``above``: rewrite it, conditionally on the
+        version written last, under a new writer id above that one (SPEC.md §9). Raises LockLost when
+        another writer took the lock. Counts as a refresh."""
+        with self._io:
+            if self._lost.is_set() or self._etag is None:
+                raise LockLost(f"{self.key}: {self.writer_id} no longer holds this lock")
+            writer_id = new_writer_id(self.writer_prefix, above, self.writer_id)
+            body = _body(writer_id, self._acquired_ms, now_ms(), self.lease_s)
+            try:
+                self._etag = self.storage.write(self.key, body, if_match=self._etag, durable=False)
+            except PreconditionFailed:
+                self._lost.set()
+                raise LockLost(f"{self.storage.url_of(self.key)}: lock of {self.writer_id} was taken over") from None
+            self.writer_id = writer_id
+            return writer_id
+
     def _beat(self) -> bool:
         """One heartbeat: refresh the lease; returns whether to go on beating."""
         if self._stop.is_set():
@@ -193,12 +213,19 @@ class Lock:
         return True
 
     @property
+    def held(self) -> bool:
+        """Acquired, and neither released, abandoned nor known to be lost."""
+        return self._etag is not None and not self._lost.is_set()
+
+    @property
     def lost(self) -> bool:
         return self._lost.is_set()
 
     def check(self) -> None:
         if self.lost:
             raise LockLost(f"{self.storage.url_of(self.key)}: lock of {self.writer_id} was taken over")
+        if self._etag is None:
+            raise LockLost(f"{self.storage.url_of(self.key)}: not held (released, or never acquired)")
 
     # -- releasing -------------------------------------------------------------------------
     def release(self) -> bool:
