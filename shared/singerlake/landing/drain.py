@@ -33,11 +33,12 @@ from singerlake.format.needs import properties_of
 from singerlake.format.scan import scan_stream
 from singerlake.lake import Lake
 from singerlake.landing.batch import ActivateVersion, Batch, Segment
-from singerlake.landing.errors import LandingError
+from singerlake.landing.errors import LandingError, RootUnusable
 from singerlake.landing.spark_write import FileJob, batch_table, write_with_spark
 from singerlake.landing.writer import SchemaWriter
 from singerlake.pause import pause_point
 from singerlake.spark.masters import is_connect
+from singerlake.storage import NotFound, PreconditionFailed, StorageError
 from singerlake.times import iso_ms
 
 log = logging.getLogger("singerlake.landing")
@@ -74,6 +75,7 @@ class Drain:
         self._listing = threading.Lock()
         self._first_look = threading.Lock()
         self._looked = threading.Event()
+        self.opened = False  # a writer opened: the lake root answered, and took a write
         # Opens, commits and releases of many streams: as many at once as the storage serves well.
         self._pool = ThreadPoolExecutor(lake.storage.parallel_requests, thread_name_prefix="singerlake-commit")
         self._batches = 0
@@ -94,6 +96,8 @@ class Drain:
                 continue
 
     def raise_if_failed(self) -> None:
+        if isinstance(self.error, RootUnusable):
+            raise self.error  # a setting at fault, not a batch: nothing was written
         if self.error is not None:
             cause = self.error
             if isinstance(cause, ConnectionError) or type(cause).__name__.startswith("Py4J"):
@@ -183,12 +187,18 @@ class Drain:
 
     def _open(self, writer: SchemaWriter) -> SchemaWriter:
         stream_dir = writer.paths.stream_dir
-        # The run's first look goes alone: when it finds no manifest, the listing it takes tells the
-        # others which streams are new, so they create theirs unread (a new tap: one read in all).
-        with self._first_look if not self._looked.is_set() else contextlib.nullcontext():
-            writer.look(new_stream=self._listed_as_new(stream_dir), is_new=lambda: self._is_new_stream(stream_dir))
-            self._looked.set()
-        writer.take()
+        try:
+            # The run's first look goes alone: when it finds no manifest, the listing it takes tells the
+            # others which streams are new, so they create theirs unread (a new tap: one read in all).
+            with self._first_look if not self._looked.is_set() else contextlib.nullcontext():
+                writer.look(new_stream=self._listed_as_new(stream_dir), is_new=lambda: self._is_new_stream(stream_dir))
+                self._looked.set()
+            writer.take()
+        except StorageError as exc:
+            if not self.opened and not isinstance(exc, (NotFound, PreconditionFailed)):
+                raise RootUnusable(f"setting 'lake_root': {exc}") from exc  # the run's first requests: the root is at fault
+            raise
+        self.opened = True
         with self._metadata:
             stream = writer.stream
             if writer.created or writer.took_over:
