@@ -10,6 +10,7 @@ from singerlake.storage import LocalStorage, S3Storage
 from support.cli_session import CliSession
 from support.lake_cli import LakeCli, cli_env
 from support.lakes import LakeUnderTest, local_lake_at, s3_lake_at
+from support.s3_counter import CountedRoot, counted_root
 from support.s3_servers import BACKENDS, S3_SERVERS, S3Server, new_bucket, s3_root_on, start_moto, start_seaweedfs
 
 
@@ -52,6 +53,13 @@ def s3_server(request) -> S3Server:
 def s3_root(request, s3_server):
     """A fresh bucket on each S3 server; returns (url, options) for open_storage."""
     return new_bucket(request, s3_server)
+
+
+@pytest.fixture(params=S3_SERVERS)
+def counted_s3_root(request) -> CountedRoot:
+    """A fresh bucket on each S3 server behind a counting proxy (support/s3_counter.py): ``url, options = root``
+    as ``s3_root`` (``options["endpoint_url"]`` the proxy's), and ``root.counter``, which counts every request."""
+    return counted_root(request, request.getfixturevalue(f"{request.param}_server"))
 
 
 @pytest.fixture(params=BACKENDS)
