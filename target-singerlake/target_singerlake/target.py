@@ -171,15 +171,14 @@ class TargetSingerlake(Target):
         return tap_id
 
     def _open_lake(self) -> Lake:
-        """The lake, its root probed (SPEC.md §10) unless this machine proved it writable before: then the
-        run's first request proves it again, and a failure there names the setting all the same."""
+        """The lake, its root probed (SPEC.md §10) unless a run on this machine wrote there before: then
+        the run's first requests are the check, and a failure there names the setting all the same."""
         try:
             lake = Lake.open(lake_root(self.config), **storage_options(self.config))
             self._check_lake_reachable(lake)
             self._root_probed = not proven.is_proven(lake.storage)
             if self._root_probed:
-                lake.storage.check_writable()
-                proven.remember(lake.storage)
+                _probe(lake.storage)
         except StorageError as exc:
             raise ConfigError(f"setting 'lake_root': {exc}") from exc
         return lake
@@ -187,7 +186,7 @@ class TargetSingerlake(Target):
     def _probe_root(self) -> None:
         """For a STATE that would go out before the run made any request: the root must answer first."""
         try:
-            self.lake.storage.check_writable()
+            _probe(self.lake.storage)
         except StorageError as exc:
             proven.forget(self.lake.storage)
             raise RootUnusable(f"setting 'lake_root': {exc}") from exc
@@ -271,6 +270,8 @@ class TargetSingerlake(Target):
     def process_endofpipe(self) -> None:
         try:
             self.lander.finish()
+            if self.lander.drain.opened:  # the run wrote there: no probe for the next run on this machine
+                proven.remember(self.lake.storage)
         except BaseException as exc:
             self.root_failed(exc)
             raise
@@ -318,6 +319,16 @@ class TargetSingerlake(Target):
         else:
             self.logger.info("Received signal %d: stop reading, commit, emit STATE, exit", signum)
         lander.request_stop()
+
+
+def _probe(storage) -> None:
+    """A local root: made and written to (a temporary file; no request). An S3 root: HeadBucket, that
+    the bucket exists and the credentials reach it; whether they may write, the run's first write says
+    (SPEC.md §10)."""
+    if proven.is_local(storage):
+        storage.check_writable()
+    elif not storage.root_exists():
+        raise StorageError(f"lake root {storage.url}: bucket {storage.bucket!r} does not exist")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
-"""Lake roots this machine has proven writable, remembered so a run on one again makes no probe (SPEC.md §10).
+"""Lake roots a run on this machine has written to, remembered so a run on one again makes no probe (SPEC.md §10).
 
-A probe of an S3 root (``check_writable``: HeadBucket, a PUT and a DELETE) tells a user at once that a
-setting is wrong, before any input is read; a run's first write proves the same. So a root is probed
-once per machine: an empty file named by a digest of what reaches it (its URL, endpoint, region,
-profile and access key id, never a secret) under ``$SINGERLAKE_CACHE_DIR`` (default
-``$XDG_CACHE_HOME/singerlake`` or ``~/.cache/singerlake``) says it was. A remembered root that broke
-since fails at the run's first request instead, with the same error; then it is forgotten. Local roots
-are always probed: that costs no request. The memory only moves an error earlier or later, never
-changes what a run does; a cache that cannot be written just means probing again.
+A probe of an S3 root (HeadBucket) tells a user at once that a setting is wrong, before any input is
+read; a run's first requests tell the same. So once a run wrote to a root, an empty file named by a
+digest of what reaches it (its URL, endpoint, region, profile and access key id, never a secret) under
+``$SINGERLAKE_CACHE_DIR`` (default ``$XDG_CACHE_HOME/singerlake`` or ``~/.cache/singerlake``) says so,
+and later runs skip the probe. A remembered root that broke since fails at the run's first request
+instead, with the same error; then it is forgotten. Local roots are always probed: that costs no
+request. The memory only moves an error earlier or later, never changes what a run does; a cache that
+cannot be written just means probing again.
 """
 
 from __future__ import annotations
@@ -35,17 +35,17 @@ def _marker(storage: Storage) -> Path:
     return cache_dir() / "writable-roots" / digest
 
 
-def _is_local(storage: Storage) -> bool:
+def is_local(storage: Storage) -> bool:
     return not storage.url.startswith("s3://")
 
 
 def is_proven(storage: Storage) -> bool:
-    """Whether a run on this machine proved ``storage`` writable before (never for local roots)."""
-    return not _is_local(storage) and _marker(storage).exists()
+    """Whether a run on this machine wrote to ``storage`` before (never for local roots: probing them is free)."""
+    return not is_local(storage) and _marker(storage).exists()
 
 
 def remember(storage: Storage) -> None:
-    if _is_local(storage):
+    if is_local(storage):
         return
     marker = _marker(storage)
     try:
