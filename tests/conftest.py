@@ -18,6 +18,12 @@ def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "heavy: starts clusters or many processes; runs in CI, skip while iterating with -m 'not heavy'")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _proven_roots(tmp_path_factory):
+    """The S3 roots runs proved writable (SPEC.md §10) are remembered in the session's own cache, not the user's."""
+    os.environ["SINGERLAKE_CACHE_DIR"] = str(tmp_path_factory.mktemp("singerlake-cache"))
+
+
 def _serve(start, tmp_path_factory, name: str):
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
     server = start(tmp_path_factory.mktemp(name))
