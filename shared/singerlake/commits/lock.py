@@ -3,8 +3,10 @@
 A lock is a tiny JSON object created with a create-only write. Its holder refreshes it while it
 works; a waiter takes it over only when ``refreshed`` is older than the lease plus a clock-drift
 margin, replacing exactly the version it judged stale (If-Match). Every acquisition uses a fresh
-writer id, so an id that lost a lock is never used again; ids are UUIDv7, so a later acquisition
-has a greater id (the fence of SPEC.md §9 compares them).
+writer id, so an id that lost a lock is never used again. Ids are UUIDv7s, drawn above the ids the
+acquirer knows of (the registered writer's, a stale holder's), so a later acquisition mostly has a
+greater id; the fence of SPEC.md §9 compares them, and a holder proves itself by ``renew_id`` where
+they mislead.
 """
 
 from __future__ import annotations

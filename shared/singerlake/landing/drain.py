@@ -300,7 +300,7 @@ class Drain:
         Each commit starts from the stream's manifest as this run last saw it (one conditional write
         when nobody else wrote since). A commit that changed the stream's catalogue entry leaves it to
         ``_publish``. ``final``: then the stream's locks are released at once, beside other streams'
-        commits, unless its entry is still to be written (``close`` releases those after ``_publish``).
+        commits, unless its entry is still to be written (``_run`` releases those after ``_publish``).
         """
         manifest = None
         for item in items:
