@@ -15,7 +15,9 @@ from decimal import Decimal
 from typing import Any, BinaryIO
 
 import msgspec
+from isal import isal_zlib
 
+from singerlake.format.bulk_needs import BlockNeeds
 from singerlake.format.exact import Need, declared, decode, join_all, records_needs
 from singerlake.format.messages import message_record
 
@@ -71,6 +73,7 @@ class FileNeeds:
         self.properties = properties
         self.needs: dict[str, Need] = {}
         self.undeclared: set[str] = set()
+        self._bulk = BlockNeeds(properties)
 
     def add_records(self, records: list[dict]) -> None:
         self.needs = join_all([self.needs, records_needs(self.properties, records)])
@@ -78,8 +81,15 @@ class FileNeeds:
             if not record.keys() <= self.properties.keys():
                 self.undeclared |= record.keys() - self.properties.keys()
 
-    def add_lines(self, lines: bytes) -> None:
-        self.add_records(records_of(lines))
+    def add_lines(self, lines: bytes, count: int | None = None) -> None:
+        """Newline-terminated RECORD lines (``count`` of them, when known): in bulk (``bulk_needs``), or
+        record by record when that cannot tell."""
+        found = self._bulk.block_needs(lines, count)
+        if found is None:
+            self.add_records(records_of(lines))
+        else:
+            self.needs = join_all([self.needs, found[0]])
+            self.undeclared |= found[1]
 
     def add_entry(self, entry: dict) -> None:
         """Join a file's stored statistics (it must have ``needs``): compaction's merged files need the join of their sources'."""
@@ -99,9 +109,9 @@ class FileNeeds:
         for _ in self.blocks(unzipped):
             pass
 
-    def add_member(self, member: bytes | memoryview) -> None:
-        """A gzip member of RECORD lines (SPEC.md §4), as landing writes them."""
-        self.add_lines(zlib.decompress(member, wbits=16 + zlib.MAX_WBITS))
+    def add_member(self, member: bytes | memoryview, count: int | None = None) -> None:
+        """A gzip member of RECORD lines (SPEC.md §4; ``count`` of them, when known), as landing writes them."""
+        self.add_lines(isal_zlib.decompress(member, wbits=16 + zlib.MAX_WBITS), count)
 
     def fields(self) -> dict[str, Any]:
         return entry_fields(self.properties, self.needs, self.undeclared)

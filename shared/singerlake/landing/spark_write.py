@@ -128,12 +128,14 @@ class _FileBuilder:
         self.file_id = file_id
         self.stored_bytes = len(job.schema_member)
         self.parts = [job.schema_member]
+        self.counts: list[int] = []  # the records of each RECORD member
         self.raw_bytes = 0
         self.records = 0
         self.start, self.end = math.inf, -math.inf
 
     def add(self, member: memoryview, raw_bytes: int, records: int, start: int, end: int) -> None:
         self.parts.append(member)
+        self.counts.append(records)
         self.stored_bytes += len(member)
         self.raw_bytes += raw_bytes
         self.records += records
@@ -145,8 +147,8 @@ class _FileBuilder:
         start, end = int(self.start), int(self.end)
         record = store(job.storage, job.paths, job.schema_hash, data, start, end, self.records, job.work_id, self.file_id)
         needs = FileNeeds(job.properties)
-        for member in self.parts[1:]:  # the RECORD members: decoded once more here, so no reader has to
-            needs.add_member(member)
+        for member, records in zip(self.parts[1:], self.counts, strict=True):  # decoded once more here, so no reader has to
+            needs.add_member(member, records)
         return self.segment, self.first_chunk, json.dumps({**record, **needs.fields()})
 
 
