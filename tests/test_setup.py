@@ -180,7 +180,8 @@ def test_lake_settings_set_once_in_the_environment_serve_the_target_the_tap_and_
     lines = [schema_msg("users", USERS, ["id"]), *(record_msg("users", {"id": n, "name": f"u{n}"}) for n in range(3))]
     landed = run_cli({"tap_id": "tap-env"}, joined(lines), tmp_path, env)
     assert landed.returncode == 0, landed.stderr[-3000:]
-    listing = subprocess.run([str(Path(CLI).parent / "singerlake"), "ls", url, "--json"], capture_output=True, text=True, env={**os.environ, **env})
+    singerlake = str(Path(CLI).parent / "singerlake")
+    listing = subprocess.run([singerlake, "ls", url, "--json"], capture_output=True, text=True, env={**os.environ, **env})
     assert listing.returncode == 0, listing.stderr
     assert list(json.loads(listing.stdout)["taps"]) == ["tap-env"]
     (tmp_path / "tap.json").write_text(json.dumps({"tap_id": "tap-env"}))

@@ -19,7 +19,10 @@ class Setting(NamedTuple):
 
 
 LAKE_LOCATION = (
-    Setting("lake_root", "Lake root: a local path, a file:// URL or an s3://bucket/prefix URL (default: $SINGERLAKE_LAKE_ROOT, else ./singerlake)."),
+    Setting(
+        "lake_root",
+        "Lake root: a local path, a file:// URL or an s3://bucket/prefix URL (default: $SINGERLAKE_LAKE_ROOT, else ./singerlake).",
+    ),
     Setting("s3_region", "S3 region (default: the standard AWS configuration)."),
     Setting("s3_profile", "AWS profile name for S3 credentials."),
     Setting("s3_endpoint_url", "S3 endpoint URL, for MinIO and other S3-compatible stores."),
