@@ -170,7 +170,7 @@ OVERWRITE_HELP = "replace a file already there with other bytes (default: leave 
 
 
 def add_spark_options(cmd: argparse.ArgumentParser) -> None:
-    """Where a command's Spark jobs run (README, "Running on a cluster")."""
+    """Where a command's Spark jobs run (docs/guide/clusters.md)."""
     cmd.add_argument("--spark-master", help="Spark master: local[*] (default), spark://host:7077, k8s://..., yarn")
     cmd.add_argument("--spark-remote", help="Spark Connect server, sc://host:port (default $SPARK_REMOTE)")
     cmd.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting (repeatable)")
