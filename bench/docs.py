@@ -1,7 +1,7 @@
 """`singerlake docs` on a lived-in lake: STREAMS tables of bench/gen_streams.py's kinds, each landed with
 the core (no Spark) as one commit a day for DAYS days, a schema change (a new column) two thirds of the
 way, and tap annotations. Times the real command (wall time and peak RSS of its process tree, best of
---repeat) and, with --screenshot, saves headless Chromium's picture of one stream page (the README's).
+--repeat) and, with --screenshot, saves headless Chromium's picture of one stream page (the documentation's, docs/stream-page.png).
 
 Usage: python bench/docs.py [--streams 300] [--days 21] [--repeat 3] [--screenshot docs/stream-page.png]
 """

@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from published import published
 from singerlake.files import index
 from singerlake.files.record import make_record
 from singerlake.lake import Lake
@@ -458,4 +459,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with published("files"):
+        main()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from lakes import land, updates
 from measure import measure
+from published import published
 
 BENCH = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
@@ -77,4 +78,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with published("iceberg"):
+        main()

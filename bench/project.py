@@ -42,6 +42,7 @@ from pathlib import Path
 import streams
 from lakes import TAP_ID, land, updates
 from measure import Measurement
+from published import published
 from run import singer_file as users_file
 
 PEERS = ("singerlake", "duckdb", "pyspark")
@@ -212,4 +213,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with published("project"):
+        main()

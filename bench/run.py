@@ -41,6 +41,7 @@ from pathlib import Path
 
 import streams
 from measure import Measurement, measure
+from published import published
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
@@ -293,4 +294,5 @@ def print_table(rows: list[Row], inputs: dict[str, Path]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with published("run"):
+        main()

@@ -4,7 +4,7 @@
 
 A moto S3 server (tests/support/s3_servers.py) behind the tests' counting proxy (tests/support/s3_counter.py),
 which sees every request of every process (the CLIs, their Spark executors' Python workers, delta-rs); each
-operation is the real command the README documents, in a process of its own, pointed at the proxy:
+operation is the real command the documentation describes, in a process of its own, pointed at the proxy:
 
 - land 1 stream (target-singerlake, --records records): cold (the lake's first run), warm (a new run of the
   stream), and each further batch of a run (a run of --batches batches of --records, minus the warm run, per
@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import streams  # noqa: F401  (first: it puts tests/ on sys.path, for support: the tests' S3 launcher and counting proxy)
+from published import published
 from singerlake.tables.delta_log import CHECKPOINT_INTERVAL
 from support.cli_session import CliSession
 from support.s3_counter import KINDS, S3Counter
@@ -442,4 +443,5 @@ def area(key: str) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    with published("s3_requests"):
+        main()

@@ -1,7 +1,9 @@
 """The README's main job: the sample Meltano pipeline both ways, on the default set-up (a local lake in the
 project, Spark local[*]), in a fresh copy of this Meltano project (see meltano_project.py: no install, no network).
 
-  meltano run tap-jsonl target-singerlake   lands demo/jsonl/*.jsonl in <project>/singerlake as tap id tap-jsonl
+  meltano run tap-jsonl target-singerlake singerlake:project
+                                            lands demo/jsonl/*.jsonl in <project>/singerlake as tap id tap-jsonl,
+                                            then keeps each stream's current rows as a Delta table (published/)
   meltano run tap-singerlake target-jsonl   replays the lake into <project>/output/users.jsonl
 
 then checks that the replayed records are the sample's and prints a summary.
@@ -49,9 +51,10 @@ def main() -> None:
     sample = read_jsonl(*files)
     print(f"Meltano project {project}: ./meltano.yml without pip_url (plugins from {BIN}), offline")
 
-    meltano(project, "run", "tap-jsonl", "target-singerlake")
-    print(f"1. meltano run tap-jsonl target-singerlake: {len(sample)} records of {len(files)} files in demo/jsonl")
+    meltano(project, "run", "tap-jsonl", "target-singerlake", "singerlake:project")
+    print(f"1. meltano run tap-jsonl target-singerlake singerlake:project: {len(sample)} records of {len(files)} files in demo/jsonl")
     print(f"   landed as {landed_records(lake)} records in {lake} (raw/tap-jsonl/users, Spark local[*])")
+    print(f"   current rows as a Delta table in {lake / 'published' / 'tap-jsonl' / 'users'}")
 
     meltano(project, "run", "tap-singerlake", "target-jsonl")
     replayed = read_jsonl(output)

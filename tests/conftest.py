@@ -7,6 +7,7 @@ import os
 
 import pytest
 from singerlake.storage import LocalStorage, S3Storage
+from support.browser import browser  # noqa: F401 (a fixture: headless Chromium for every test module)
 from support.cli_session import CliSession
 from support.lake_cli import LakeCli, cli_env
 from support.lakes import LakeUnderTest, local_lake_at, s3_lake_at

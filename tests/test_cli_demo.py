@@ -85,11 +85,11 @@ def test_java_is_found_for_spark():
     assert java.java_major(Path(home) / "bin" / "java") >= java.MIN_JAVA
 
 
-def test_readme_python_api_example_runs_as_written(demo_lake):
-    """The README's "Python API" block, run as a program against the demo's lake (only the root differs)."""
+def test_the_python_api_example_runs_as_written(demo_lake):
+    """The first block of the documentation's Python API page, run as a program against the demo's lake (only the root differs)."""
     root, _ = demo_lake
-    readme = (REPO / "README.md").read_text()
-    block = readme.split("## Python API", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    page = (REPO / "docs" / "guide" / "python.md").read_text()
+    block = page.split("```python\n", 1)[1].split("```", 1)[0]
     assert 'root = "demo/out/singerlake"' in block
     program = block.replace('root = "demo/out/singerlake"', f"root = {str(root)!r}")
     run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=600)

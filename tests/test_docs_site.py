@@ -8,12 +8,9 @@ import html
 import json
 import os
 import re
-import shutil
-import socket
 import struct
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from urllib.parse import urljoin
 
@@ -24,6 +21,7 @@ from singerlake.format.layout import StreamPaths
 from singerlake.format.schema_hash import schema_hash
 from singerlake.site.pages import page_name, per_day
 from singerlake.storage import LocalStorage, S3Storage
+from support.browser import requested_host
 from support.lakes import record_msg
 
 CLI = [sys.executable, "-m", "singerlake.cli"]
@@ -82,95 +80,6 @@ def docs(root, *args: str, s3: dict | None = None) -> subprocess.CompletedProces
 
 
 # -- the browser -----------------------------------------------------------------------------------
-def find_chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not found:
-        pytest.skip("Chromium is not installed: ./dev installs Debian's chromium package with apt-get when it runs as root")
-    return found
-
-
-# Chromium's own service traffic (component updates, sign-in, network time), which some of it makes on
-# every start whatever the flags; exact host names, so a page asset on any other host is still seen.
-CHROMIUM_SERVICES = {"update.googleapis.com", "accounts.google.com", "clients2.google.com"}
-
-
-def requested_host(request_line: str) -> str:
-    """``CONNECT host:443 HTTP/1.1`` or ``GET http://host/path HTTP/1.1`` -> ``host``."""
-    target = request_line.split(" ")[1]
-    return re.sub(r"^[a-z]+://", "", target).split("/")[0].rsplit(":", 1)[0]
-
-
-class RecordingProxy:
-    """An HTTP proxy on 127.0.0.1 that only writes down what a browser asks it for (and answers 502):
-    with Chromium pointed at it, any fetch from outside would show up here."""
-
-    def __init__(self) -> None:
-        self.requests: list[str] = []
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(5)
-                try:
-                    line = conn.recv(4096).split(b"\r\n", 1)[0].decode("latin-1")
-                    if line:  # a connection opened and closed unused (a pre-connect) asks for nothing
-                        self.requests.append(line)
-                    conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-                except OSError:
-                    pass
-
-    def page_fetches(self) -> list[str]:
-        return [request for request in self.requests if requested_host(request) not in CHROMIUM_SERVICES]
-
-    def close(self) -> None:
-        self.server.close()
-
-
-@pytest.fixture
-def browser(tmp_path):
-    """``browse(url, *flags)``: headless Chromium on a page, every request it makes going to a recording proxy."""
-    chromium = find_chromium()
-    proxy = RecordingProxy()
-
-    def browse(url: str, *flags: str) -> str:
-        run = subprocess.run(
-            [
-                chromium,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--disable-features=NetworkTimeServiceQuerying,OptimizationHints,MediaRouter,Translate",
-                "--disable-extensions",
-                "--hide-scrollbars",
-                f"--user-data-dir={tmp_path / 'chromium-profile'}",
-                f"--proxy-server=http://127.0.0.1:{proxy.port}",
-                "--proxy-bypass-list=<-loopback>",
-                *flags,
-                url,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert run.returncode == 0, run.stderr[-2000:]
-        return run.stdout
-
-    browse.proxy = proxy
-    yield browse
-    proxy.close()
-
-
 def png_size(path: Path) -> tuple[int, int]:
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"

@@ -1,7 +1,7 @@
 """The core's house rules, read from its imports (module-level and deferred alike): layers call
 downward only, no module imports itself back through others, and no module outgrows a reading.
 
-The floors, bottom up (README, "Layout"); a room may import its own modules and the floors below,
+The floors, bottom up (docs/development.md, "Layout of the code"); a room may import its own modules and the floors below,
 never a room beside it or above it.
 """
 

@@ -26,6 +26,7 @@ HUB = {
     "tap-singerlake": REPO / "hub/extractors/tap-singerlake/singerlake.yml",
     "target-singerlake": REPO / "hub/loaders/target-singerlake/singerlake.yml",
 }
+UTILITY = REPO / "hub/utilities/singerlake/singerlake.yml"
 DEMO = [sys.executable, str(REPO / "demo" / "meltano_demo.py")]
 SAMPLE = mp.read_jsonl(*sorted(mp.SAMPLE.glob("*.jsonl")))
 NEW = mp.read_jsonl(mp.MORE / "users-3.jsonl")
@@ -76,7 +77,7 @@ def second(project, first):
 
 
 def test_demo_prints_what_it_did(first):
-    assert "1. meltano run tap-jsonl target-singerlake: 24 records of 2 files in demo/jsonl" in first["demo"]
+    assert "1. meltano run tap-jsonl target-singerlake singerlake:project: 24 records of 2 files in demo/jsonl" in first["demo"]
     assert "landed as 24 records in" in first["demo"]
     assert "2. meltano run tap-singerlake target-jsonl: 24 records replayed into" in first["demo"]
     assert "equal to the sample, in order (tap-jsonl's _sdc_ columns aside): True" in first["demo"]
@@ -125,6 +126,26 @@ def test_second_run_replays_only_what_was_landed_since(project, first, second):
     position = {"commit": 2, "records": 30, "generation": generation(project)}
     assert second["states"]["dev:tap-singerlake-to-target-jsonl"] == {"bookmarks": {"users": {"position": position}}}
     assert second["output_after_idle_replay"] == second["output"]  # nothing new landed: nothing replayed
+
+
+def test_the_utility_projects_the_landed_stream_in_the_same_run(project, first):
+    """`singerlake:project` ran as the third block of the demo's first `meltano run`, on the lake root the project
+    sets once (SINGERLAKE_LAKE_ROOT) for the loader, the extractor and the utility."""
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(project / "singerlake" / "published" / "tap-jsonl" / "users")).to_pyarrow_table().to_pylist()
+    current = {record["id"]: record for record in SAMPLE}  # the latest record per key, in file order
+    assert sorted(row["id"] for row in rows) == sorted(current)
+    assert {row["id"]: row["name"] for row in rows} == {key: record["name"] for key, record in current.items()}
+
+
+def test_the_utilitys_commands_run_under_meltano(project, first):
+    listing = mp.meltano(project, "invoke", "singerlake:ls").stdout
+    assert "tap tap-jsonl" in listing and "    users: " in listing
+    assert "clean" in mp.meltano(project, "invoke", "singerlake:verify").stdout
+    mp.meltano(project, "invoke", "singerlake:docs")
+    assert (project / "singerlake" / "docs" / "index.html").is_file()
+    mp.meltano(project, "invoke", "singerlake", "ls", "singerlake")  # the plain executable, arguments as typed
 
 
 def test_discover_shows_the_streams(project, second):
@@ -182,6 +203,32 @@ def test_meltano_yml_defines_the_plugin_as_the_hub_does(plugin):
         assert ours[key] == hub[key], key
 
 
+def test_hub_utility_matches_the_command_line_and_the_shared_settings():
+    """Each command parses as `singerlake` arguments; the settings are the plugins' lake settings; meltano.yml defines
+    the utility as the Hub does."""
+    from singerlake.cli.main import parser
+    from singerlake.settings import LAKE_LOCATION
+
+    hub = yaml.safe_load(UTILITY.read_text())
+    assert (hub["name"], hub["namespace"], hub["executable"]) == ("singerlake", "singerlake", "singerlake")
+    assert set(hub["commands"]) >= {"project", "verify", "vacuum", "compact", "docs", "files", "push"}
+    for name, command in hub["commands"].items():
+        args = command["args"].replace("$SINGERLAKE_LAKE_ROOT", "./singerlake").split()
+        assert args[0] == name and args[1] == "./singerlake", name
+        extra = {"files": ["--what", "x"], "push": ["PATH", "--what", "x", "--where", "y"]}.get(name, [])
+        parser().parse_args(args + extra)  # exits (a test error) on arguments the CLI does not take
+    plugin = {s["name"]: s for s in yaml.safe_load(HUB["target-singerlake"].read_text())["settings"]}
+    assert [s["name"] for s in hub["settings"]] == [s.name for s in LAKE_LOCATION]
+    for setting in hub["settings"][1:]:  # as the loader's; lake_root has a value here, for the commands' arguments
+        assert setting == plugin[setting["name"]], setting["name"]
+    assert hub["settings"][0]["value"] == "./singerlake"
+    project = yaml.safe_load((REPO / "meltano.yml").read_text())
+    (ours,) = project["plugins"]["utilities"]
+    assert ours["pip_url"] == "-e ./shared"
+    for key in ("namespace", "executable", "commands", "settings"):
+        assert ours[key] == hub[key], key
+
+
 def test_definitions_follow_meltanos_schema():
     """meltano.yml and the Hub settings against the JSON schema that ships with meltano 4.4.1."""
     (path,) = (mp.BIN / "meltano").resolve().parents[1].glob("lib/python*/site-packages/meltano/schemas/meltano.schema.json")
@@ -191,6 +238,6 @@ def test_definitions_follow_meltanos_schema():
         plugin["capabilities"] = [c for c in plugin.get("capabilities", []) if c != "validate-records"]
     jsonschema.validate(project, schema)
     setting_schema = {**schema["$defs"]["base_setting"], "$defs": schema["$defs"]}
-    for hub_file in HUB.values():
+    for hub_file in [*HUB.values(), UTILITY]:
         for setting in yaml.safe_load(hub_file.read_text())["settings"]:
             jsonschema.validate(setting, setting_schema)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.lakes import CLI, USERS, joined, record_msg, schema_msg
+from support.lakes import CLI, USERS, joined, record_msg, run_cli, schema_msg
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -160,3 +160,33 @@ def test_the_core_wheel_holds_every_module_and_its_package_data(tmp_path):
     assert any(name.endswith("entry_points.txt") for name in names)
     entry_points = next(zipfile.ZipFile(wheel).read(n).decode() for n in names if n.endswith("entry_points.txt"))
     assert "singerlake = singerlake.cli.main:main" in entry_points
+
+
+def test_lake_settings_set_once_in_the_environment_serve_the_target_the_tap_and_the_cli(tmp_path, moto_server, request):
+    """SINGERLAKE_LAKE_ROOT and SINGERLAKE_S3_* (a Meltano project's .env, or the utility's settings): the target,
+    the tap and `singerlake` all reach the same S3 lake with none of it in their own configuration."""
+    from support.s3_servers import new_bucket
+
+    url, options = new_bucket(request, moto_server)
+    env = {
+        "SINGERLAKE_LAKE_ROOT": url,
+        "SINGERLAKE_S3_ENDPOINT_URL": options["endpoint_url"],
+        "SINGERLAKE_S3_REGION": options["region"],
+        "SINGERLAKE_S3_ACCESS_KEY_ID": options["access_key_id"],
+        "SINGERLAKE_S3_SECRET_ACCESS_KEY": options["secret_access_key"],
+    }
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+        assert name not in os.environ, name  # the keys must come from SINGERLAKE_S3_* alone
+    lines = [schema_msg("users", USERS, ["id"]), *(record_msg("users", {"id": n, "name": f"u{n}"}) for n in range(3))]
+    landed = run_cli({"tap_id": "tap-env"}, joined(lines), tmp_path, env)
+    assert landed.returncode == 0, landed.stderr[-3000:]
+    singerlake = str(Path(CLI).parent / "singerlake")
+    listing = subprocess.run([singerlake, "ls", url, "--json"], capture_output=True, text=True, env={**os.environ, **env})
+    assert listing.returncode == 0, listing.stderr
+    assert list(json.loads(listing.stdout)["taps"]) == ["tap-env"]
+    (tmp_path / "tap.json").write_text(json.dumps({"tap_id": "tap-env"}))
+    tap = str(Path(CLI).parent / "tap-singerlake")
+    replay = subprocess.run([tap, "--config", str(tmp_path / "tap.json")], capture_output=True, text=True, env={**os.environ, **env})
+    assert replay.returncode == 0, replay.stderr[-3000:]
+    records = [m["record"] for m in map(json.loads, replay.stdout.splitlines()) if m["type"] == "RECORD"]
+    assert [record["id"] for record in records] == [0, 1, 2]

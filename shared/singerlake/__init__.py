@@ -23,6 +23,7 @@ Spark-backed names are imported on first use, so ``import singerlake`` stays lig
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from typing import Any
 
 from singerlake.errors import ConfigError, SingerlakeError
@@ -32,7 +33,10 @@ from singerlake.lake import Lake, LakeNotFound, UnknownTap
 from singerlake.landing.writer import SchemaWriter
 from singerlake.storage import Storage, open_storage
 
-__version__ = "0.1.0"
+try:
+    __version__ = importlib.metadata.version("singerlake")  # the installed release: the repository's VERSION
+except importlib.metadata.PackageNotFoundError:
+    __version__ = "0+unknown"  # the package folder on sys.path, never installed
 
 _LAZY = {
     "spark_session": "singerlake.spark.session",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -18,7 +19,10 @@ class Setting(NamedTuple):
 
 
 LAKE_LOCATION = (
-    Setting("lake_root", "Lake root: a local path, a file:// URL or an s3://bucket/prefix URL.", default=DEFAULT_ROOT),
+    Setting(
+        "lake_root",
+        "Lake root: a local path, a file:// URL or an s3://bucket/prefix URL (default: $SINGERLAKE_LAKE_ROOT, else ./singerlake).",
+    ),
     Setting("s3_region", "S3 region (default: the standard AWS configuration)."),
     Setting("s3_profile", "AWS profile name for S3 credentials."),
     Setting("s3_endpoint_url", "S3 endpoint URL, for MinIO and other S3-compatible stores."),
@@ -28,13 +32,19 @@ LAKE_LOCATION = (
 )
 
 
+def shared(name: str) -> str | None:
+    """A lake setting from ``$SINGERLAKE_<NAME>``: set once (e.g. in a Meltano project's ``.env``), it serves the
+    target, the tap and the ``singerlake`` command alike, wherever their own configuration leaves it out."""
+    return os.environ.get(f"SINGERLAKE_{name.upper()}") or None
+
+
 def lake_root(config: dict[str, Any]) -> str:
-    return config.get("lake_root") or DEFAULT_ROOT
+    return config.get("lake_root") or shared("lake_root") or DEFAULT_ROOT
 
 
 def storage_options(config: dict[str, Any]) -> dict[str, Any]:
     """The ``s3_*`` settings as ``open_storage`` options."""
-    return s3_options(config.get)
+    return s3_options(lambda name: config.get(name) or shared(name))
 
 
 def config_paths(argv: list[str]) -> Iterator[str]:

@@ -1,6 +1,7 @@
 """The ``singerlake`` command: lake jobs. Every command takes the lake root first.
 
-S3 roots use the standard AWS configuration (environment, profile) plus --s3-* options.
+S3 roots use the standard AWS configuration (environment, profile) plus --s3-* options, else
+$SINGERLAKE_S3_REGION, _PROFILE, _ENDPOINT_URL, _ACCESS_KEY_ID, _SECRET_ACCESS_KEY, _SESSION_TOKEN.
 Jobs that read many files (verify, repair, compact, project) and sql run on Spark: local[*] by
 default, a cluster with --spark-master, Spark Connect with --spark-remote sc://... (or $SPARK_REMOTE),
 more settings with --spark-conf KEY=VALUE. One Spark job covers all the streams they work on
@@ -169,7 +170,7 @@ OVERWRITE_HELP = "replace a file already there with other bytes (default: leave 
 
 
 def add_spark_options(cmd: argparse.ArgumentParser) -> None:
-    """Where a command's Spark jobs run (README, "Running on a cluster")."""
+    """Where a command's Spark jobs run (docs/guide/clusters.md)."""
     cmd.add_argument("--spark-master", help="Spark master: local[*] (default), spark://host:7077, k8s://..., yarn")
     cmd.add_argument("--spark-remote", help="Spark Connect server, sc://host:port (default $SPARK_REMOTE)")
     cmd.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting (repeatable)")

@@ -3,7 +3,7 @@
 A cluster's executors (standalone, k8s, yarn, Spark Connect) run whatever Python the cluster has.
 The pure-Python ``singerlake`` package goes to them with the session (``addPyFile``, or
 ``addArtifacts`` on Connect), so they need only pyspark and the third-party libraries below
-(README, "Running on a cluster"). One small job then imports, on the executors, each of those
+(docs/guide/clusters.md). One small job then imports, on the executors, each of those
 libraries and the shipped package; a missing library fails the session there, in one line naming
 what to install, before any input is read or any file is written.
 """
