@@ -110,7 +110,7 @@ def is_json_field(field) -> bool:
 
 
 # -- values -----------------------------------------------------------------------------------------
-class Unfit(Exception):
+class _Unfit(Exception):
     """A value that does not fit its chosen type, and why."""
 
 
@@ -118,7 +118,7 @@ def _number(value: Any) -> int | Decimal:
     if isinstance(value, str) and NUMBER.fullmatch(value.strip()):
         value = decode(value.strip())
     if isinstance(value, bool) or not isinstance(value, int | Decimal) or (isinstance(value, Decimal) and not value.is_finite()):
-        raise Unfit("not a number")
+        raise _Unfit("not a number")
     return value
 
 
@@ -128,7 +128,7 @@ def _double(value: Any) -> float:
     except OverflowError:
         number = float("inf")
     if number in (float("inf"), float("-inf")):
-        raise Unfit("beyond a double's range")
+        raise _Unfit("beyond a double's range")
     return number
 
 
@@ -136,10 +136,10 @@ def _long(value: Any) -> int:
     number = _number(value)
     if isinstance(number, Decimal):
         if number != number.to_integral_value():
-            raise Unfit("not an integer")
+            raise _Unfit("not an integer")
         number = int(number)
     if not INT64[0] <= number <= INT64[1]:
-        raise Unfit("beyond 64 bits")
+        raise _Unfit("beyond 64 bits")
     return number
 
 
@@ -148,9 +148,9 @@ def _decimal(precision: int, scale: int) -> Callable[[Any], Decimal]:
         try:
             rounded = Decimal(_number(value)).quantize(Decimal(1).scaleb(-scale), ROUND_HALF_UP, Context(prec=MAX_DIGITS))
         except InvalidOperation:
-            raise Unfit(f"more than {precision - scale} integer digits") from None
+            raise _Unfit(f"more than {precision - scale} integer digits") from None
         if len(rounded.as_tuple().digits) > precision and rounded != 0:
-            raise Unfit(f"more than {precision - scale} integer digits")
+            raise _Unfit(f"more than {precision - scale} integer digits")
         return rounded
 
     return convert
@@ -162,7 +162,7 @@ def _string(value: Any) -> str:
 
 def _boolean(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise Unfit("not true or false")
+        raise _Unfit("not true or false")
     return value
 
 
@@ -170,7 +170,7 @@ def _parsed(parse: Callable[[Any], Any], what: str) -> Callable[[Any], Any]:
     def convert(value: Any) -> Any:
         parsed = parse(value)
         if parsed is None:
-            raise Unfit(f"not an ISO 8601 {what}")
+            raise _Unfit(f"not an ISO 8601 {what}")
         return parsed
 
     return convert
@@ -203,7 +203,7 @@ def apply(table, overrides: dict[str, str] | None, where: Callable[[int], str], 
             value = None if cell is None else read(cell)
             try:
                 values.append(None if value is None else convert(value))
-            except Unfit as unfit:
+            except _Unfit as unfit:
                 shown = json_text(value)
                 shown = shown if len(shown) <= SHOWN else shown[: SHOWN - 1] + "…"
                 raise ProjectionError(f"column {name!r}: {shown} ({where(row)}) is not a {kind}: {unfit}") from None
