@@ -144,3 +144,29 @@ def test_docs_site_shows_the_published_tables_and_where_annotations_come_from(lo
     later = (tmp_path / "site" / "streams" / f"{TAP}.later.html").read_text()
     assert "Not projected yet" in later
     assert os.path.exists(tmp_path / "site" / "streams" / f"{TAP}.later.html")
+
+
+def test_a_chosen_type_holds_on_large_streams_bucket_by_bucket(local_lake, spark):
+    """The same choice through the Python API on a stream projected in buckets (every stream large here): new rows,
+    updated rows and the buckets they leave alone all carry the chosen type; a value that does not fit fails the
+    stream, naming it, and leaves the table as it was."""
+    from singerlake import Lake
+    from singerlake.tables.project import project
+
+    lake = Lake(local_lake.storage)
+    land(local_lake.config, joined([schema_msg("users", SCHEMA, ["id"]), *(record_msg("users", user) for user in USERS)]))
+    large = {"small_stream_bytes": 1, "types": {"users": {"score": "decimal(10,1)"}}}
+    [result] = project(lake, spark, TAP, **large)
+    land(local_lake.config, joined([schema_msg("users", SCHEMA, ["id"]), record_msg("users", {"id": 2, "name": "bob", "score": 9.96})]))
+    [result] = project(lake, spark, TAP, **large)
+    table = DeltaTable(str(Path(local_lake.config["lake_root"]) / "published" / TAP / "users"))
+    rows = sorted(table.to_pyarrow_table().to_pylist(), key=lambda row: row["id"])
+    assert str(table.to_pyarrow_table().schema.field("score").type) == "decimal128(10, 1)"
+    assert [str(row["score"]) for row in rows] == ["3.7", "10.0", "7.3"]  # rounded half away from zero, as SQL's CAST
+    assert result["version"] == 1 and "iceberg" not in result
+
+    failures: list = []
+    assert project(lake, spark, TAP, small_stream_bytes=1, types={"users": {"score": "long"}}, failures=failures) == []
+    [failure] = failures
+    assert failure.stream == "users" and "'score'" in failure.cause and "3.7" in failure.cause and "not an integer" in failure.cause
+    assert DeltaTable(table.table_uri).version() == 1

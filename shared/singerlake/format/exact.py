@@ -275,7 +275,7 @@ def is_json(schema: dict, need: Need) -> bool:
 
 WHY_JSON = {  # a declared kind whose values need JSON text: what some value must be (SPEC.md §12)
     "integer": "a value is beyond 38 digits or not an integer",
-    "number": "a value fits no decimal(38) (more than 38 significant digits, e.g. 1.5e+300) or is not a number",
+    "number": "a value fits no decimal(38): over 38 significant digits, e.g. 1.5e+300, or not a number",
     "string": "a value is not a string",
     "bool": "a value is not true or false",
     "timestamp": "a value is not an ISO 8601 date-time",
