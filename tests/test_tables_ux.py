@@ -138,6 +138,7 @@ def test_docs_site_shows_the_published_tables_and_where_annotations_come_from(lo
     index = (tmp_path / "site" / "index.html").read_text()
     for setting in ("owner", "description", "docs_url", "logs_url"):
         assert f"not set: the <code>{setting}</code> setting of target-singerlake" in index, setting
+    assert "Delta v0" in index and "1 JSON-text column(s)" in index
     page = (tmp_path / "site" / "streams" / f"{TAP}.users.html").read_text()
     assert "Published tables" in page and f"published/{TAP}/users" in page and "version 0, 4 current rows" in page, page
     assert f"JSON text: {WHY}" in page and "<code>score</code>" in page
