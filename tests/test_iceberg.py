@@ -166,7 +166,7 @@ def test_concurrent_commits_to_one_table_are_serialised_and_many_streams_share_t
     with monkeypatch.context() as patch, ThreadPoolExecutor(2) as pool:
         overlap = Overlap(patch, catalogs)
         runs = [pool.submit(sync, overlap.storage(storage, n), catalogs[n], TAP, "s0", published, arrow_schema) for n in range(2)]
-        snapshots = [run.result() for run in runs]
+        snapshots = [run.result()["snapshot"] for run in runs]  # sync names the table: namespace, table, metadata, snapshot
     table = catalogs[0].load_table(identifier(TAP, "s0"))
     assert len(table.snapshots()) == 1 and snapshots == [table.current_snapshot().snapshot_id] * 2, (table.snapshots(), snapshots)
     # They overlapped: the second to read the table's metadata was refused the table's lock before, while the first held it.

@@ -97,12 +97,21 @@ def cmd_project(args: argparse.Namespace, output: Output) -> int:
         failures=failures,
         hard_delete=args.hard_delete,
         iceberg_catalog=args.iceberg_catalog,
+        types=args.types,
     )
-    text = "\n".join(
-        f"{r['stream']}: {r['new_records']:,} new records, {r['rows']:,} current rows -> {r['table']} (version {r['version']})"
-        for r in results
-    )
-    return output.finish({"streams": results}, text or "no streams", failures)
+    return output.finish({"streams": results}, "\n".join(map(projected_text, results)) or "no streams", failures)
+
+
+def projected_text(result: dict) -> str:
+    """A stream's projection in a line, and its Iceberg table's name and metadata location when it has one."""
+    text = f"{result['stream']}: {result['new_records']:,} new records, {result['rows']:,} current rows -> {result['table']}"
+    text += f" (version {result['version']})"
+    if result.get("csv"):
+        text += f", {len(result['csv'])} CSV file(s)"
+    if "iceberg" in result:
+        iceberg = result["iceberg"]
+        text += f"\n  iceberg {iceberg['namespace']}.{iceberg['table']}: {iceberg['metadata_location']}"
+    return text
 
 
 def cmd_upgrade(args: argparse.Namespace, output: Output) -> int:
@@ -122,7 +131,7 @@ def cmd_sql(args: argparse.Namespace, output: Output) -> int:
 
     lake = open_lake(args)
     if args.query is not None:
-        columns, rows = run_query(lake, start_spark(args), args.query, tap_id=args.tap, raw=args.raw)
+        columns, rows = run_query(lake, start_spark(args), args.query, tap_id=args.tap, raw=args.raw, types=args.types)
         output.rows(columns, rows)
         return 0
     from singerlake.cli.shell import Shell, quiet, run_interactive, run_piped
@@ -134,7 +143,7 @@ def cmd_sql(args: argparse.Namespace, output: Output) -> int:
     started = time.perf_counter()
     spark = start_spark(args)
     quiet(spark)
-    session = SqlSession(lake, spark, tap_id, raw=args.raw)
+    session = SqlSession(lake, spark, tap_id, raw=args.raw, types=args.types)
     shell = Shell(session, mode=output.mode, out=output.out, err=output.err)
     if not interactive:
         return run_piped(shell, sys.stdin)

@@ -38,6 +38,11 @@ from singerlake.cli.jobs import (
 from singerlake.cli.output import output_for
 from singerlake.errors import run_command
 
+TYPE_HELP = (
+    "type one column as TYPE instead of exactly (repeatable): double, long, decimal(p,s), string, boolean, timestamp, date; "
+    "e.g. users.score=double. double rounds; a value that does not fit is an error naming it (SPEC.md §12)"
+)
+
 
 def parser() -> argparse.ArgumentParser:
     main_parser = argparse.ArgumentParser(prog="singerlake", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -97,6 +102,8 @@ def parser() -> argparse.ArgumentParser:
         help="leave deleted rows (_sdc_deleted_at, ACTIVATE_VERSION) out of the tables (default: keep them, _sdc_deleted_at set)",
     )
     sql = command("sql", cmd_sql, "Spark SQL over a tap's streams: each a view of its current rows (--raw: every record)", spark=True)
+    for cmd in (sub.choices["project"], sql):
+        cmd.add_argument("--type", dest="types", action="append", metavar="STREAM.COLUMN=TYPE", help=TYPE_HELP)
     sql.add_argument(
         "query",
         nargs="?",

@@ -198,7 +198,7 @@ class Shell:
             self.session.register(view_name(stream))
             if not self.session.registered.get(stream):
                 return self.error(".schema", f"{stream} has no rows to describe yet (project the tap first)")
-            columns, rows = self.session.run(f"DESCRIBE {view_name(stream)}")
+            columns, rows = self.session.describe(stream)
         except SingerlakeError as exc:
             return self.error(".schema", one_line(exc))
         self.print_result(columns, rows)

@@ -273,6 +273,27 @@ def is_json(schema: dict, need: Need) -> bool:
     return need == "json" or holds_json(schema)
 
 
+WHY_JSON = {  # a declared kind whose values need JSON text: what some value must be (SPEC.md §12)
+    "integer": "a value is beyond 38 digits or not an integer",
+    "number": "a value fits no decimal(38): over 38 significant digits, e.g. 1.5e+300, or not a number",
+    "string": "a value is not a string",
+    "bool": "a value is not true or false",
+    "timestamp": "a value is not an ISO 8601 date-time",
+    "date": "a value is not an ISO 8601 date",
+    "struct": "a value has keys beyond its properties, or a part of it is JSON text",
+    "list": "a value is not an array, or an item is JSON text",
+}
+
+
+def json_why(schema: dict, need: Need) -> str | None:
+    """Why a column is JSON text, from its declared schema and need alone (None: it is not)."""
+    if holds_json(schema):
+        return "its schema gives no single type (no type, several, anyOf/oneOf or a free object)" + (
+            "" if declared(schema) == "json" else " somewhere inside"
+        )
+    return WHY_JSON.get(declared(schema)) if need == "json" else None
+
+
 def field(name: str, schema: dict, need: Need):
     import pyarrow as pa
 

@@ -8,6 +8,7 @@ from singerlake.commits.lock import looks_stale, read_lock
 from singerlake.format.layout import LOCK
 from singerlake.format.manifest import Manifest
 from singerlake.lake import Lake
+from singerlake.tables.columns import note, published_table, type_label
 from singerlake.times import iso_ms, now_ms
 
 
@@ -101,10 +102,15 @@ def describe_stream(lake: Lake, tap_id: str, stream: str, manifest: Manifest) ->
 
 
 def describe_lake(lake: Lake) -> dict:
-    """Taps, streams, versions (with diffs), files, records, bytes, time span and locks."""
+    """Taps, streams, versions (with diffs), files, records, bytes, time span, locks, and each projected
+    stream's table (``table``: location, version, rows, columns with JSON-text and chosen ones marked)."""
     taps = {}
     for tap_id in lake.taps():
-        taps[tap_id] = {stream: describe_stream(lake, tap_id, stream, lake.manifest(tap_id, stream)) for stream in lake.streams(tap_id)}
+        taps[tap_id] = {}
+        for stream in lake.streams(tap_id):
+            manifest = lake.manifest(tap_id, stream)
+            table = published_table(lake.storage, manifest)
+            taps[tap_id][stream] = describe_stream(lake, tap_id, stream, manifest) | ({"table": table} if table else {})
     return {"root": lake.storage.url, "taps": taps, "files": describe_files(lake)}
 
 
@@ -128,6 +134,17 @@ def describe_files(lake: Lake) -> dict:
     return whats
 
 
+def table_text(table: dict | None) -> list[str]:
+    """A projected stream's table in a line, then each column a reader should know of (JSON text, chosen types)."""
+    if table is None:
+        return []
+    lines = [f"      table {table['location']}: version {table['version']}, {table['rows']:,} rows"]
+    if "iceberg" in table:
+        iceberg = table["iceberg"]
+        lines.append(f"      iceberg {iceberg['namespace']}.{iceberg['table']}: {iceberg['metadata_location']}")
+    return lines + [f"        {column['name']}: {type_label(column)}" for column in table["columns"] if note(column)]
+
+
 def describe_text(report: dict) -> str:
     lines = [f"lake {report['root']}"]
     for tap_id, streams in report["taps"].items():
@@ -142,6 +159,7 @@ def describe_text(report: dict) -> str:
                     f"      {version['version']} {version['schema_hash']}: {version['records']:,} records in {version['files']:,} files"
                 )
                 lines += [f"        {change}" for change in version["changes"]]
+            lines += table_text(info.get("table"))
             for lock in info["locks"]:
                 lines.append(
                     f"      lock {lock['path']}: {lock['writer_id']}, refreshed {lock['refreshed']}{' (stale)' if lock['stale'] else ''}"

@@ -28,6 +28,7 @@ from singerlake.jobs.verify import Finding, read_manifest
 from singerlake.lake import Lake
 from singerlake.spark.runner import Failures, StreamFailure, StreamId, for_each_stream
 from singerlake.storage import NotFound, Storage
+from singerlake.tables.columns import published_table
 from singerlake.times import file_id_ms, iso_ms, now_ms
 
 SITE_PREFIX = "docs/"  # where --publish puts the site under the lake root
@@ -40,7 +41,7 @@ MAX_BARS = 366  # a longer life is charted in bars of several days
 MAX_ROWS = 200  # newest files and commits listed on a stream page
 MAX_FILE_ROWS = 50  # latest files listed on a what's page
 MAX_SCHEMA_DEPTH = 8
-LINKS = (("docs", "docs_url"), ("logs", "logs_url"))  # annotations shown as links
+LINKS = (("docs", "docs_url"), ("logs", "logs_url"))  # annotations shown as links (the target's settings of those names)
 PLOT_LEFT, PLOT_RIGHT, PLOT_BOTTOM, PLOT_HEIGHT = 64, 600, 140, 126  # chart area in the SVG's viewBox
 
 
@@ -230,6 +231,7 @@ def stream_doc(lake: Lake, tap_id: str, stream: str, now: int) -> dict:
         "activate_versions": manifest.activate_versions,
         "replaced": len(manifest.replaced),
         "labels": {schema_hash: version["version"] for schema_hash, version in manifest.versions.items()},
+        "tables": published_table(lake.storage, manifest),
     }
 
 
@@ -376,7 +378,7 @@ def build_site(lake: Lake, verified: VerifyResult | None = None, now: int | None
             {
                 "tap_id": tap_id,
                 "notes": {name: notes.get(name) for name in ("owner", "description")},
-                "links": {label: (notes.get(key), safe_link(notes.get(key))) for label, key in LINKS},
+                "links": {label: (notes.get(key), safe_link(notes.get(key)), key) for label, key in LINKS},
                 "streams": streams,
             }
         )

@@ -25,6 +25,7 @@ from singerlake.storage import Storage
 from singerlake.tables import blocks
 from singerlake.tables.blocks import BLOCKS_PER_BATCH
 from singerlake.tables.deletes import apply_deletes, run_types, table_properties
+from singerlake.tables.overrides import apply, staging_position
 from singerlake.tables.parts import part_deletes, publish, read_parquet, records_of, typed_rows, write_csv_twin, write_staging
 from singerlake.tables.plan import StreamPlan, run_result, schema_text
 from singerlake.tables.staging import CPU_THREADS, conform, current_indices, read_new_records
@@ -152,8 +153,8 @@ def bucket_part(storage: Storage, item: dict, bucket: int | None, rows, typed=No
     staging, typed = current_typed(rows, None if previous else typed, keyed, activations, item["hard"])
     needs = None if activations or item["needs"] is None else join_all([item["needs"], *(part["needs"] for part in parts)])
     part = write_staging(storage, item["staging"], staging, properties, needs) | ({"bucket": bucket} if keyed else {})
-    if schema_text(properties, join_all([item["types"], part["needs"]])) == item["schema"]:
-        part = publish(storage, item["table"], part, properties, item["types"], item["csv"], staging, published=typed)
+    if schema_text(properties, join_all([item["types"], part["needs"]]), item["overrides"]) == item["schema"]:
+        part = publish(storage, item["table"], part, properties, item["types"], item["csv"], staging, typed, item["overrides"])
     return part
 
 
@@ -172,10 +173,11 @@ def update_bucket(storage: Storage, item: dict, previous: dict, rows, typed=None
     new_needs = item["needs"] if item["needs"] is not None else records_needs(properties, records_of(new))
     needs = join_all([previous["needs"], new_needs])
     part = write_staging(storage, item["staging"], pa.concat_tables([staging.filter(keep), new]), properties, needs=needs)
-    if schema_text(properties, join_all([types, needs])) != item["schema"]:
+    if schema_text(properties, join_all([types, needs]), item["overrides"]) != item["schema"]:
         return part
     kept = read_parquet(storage, f"{item['table']}/{previous['published']}").filter(keep)
-    published = pa.concat_tables([kept, typed if typed is not None else typed_rows(properties, types, new)])
+    typed = typed if typed is not None else typed_rows(properties, types, new)
+    published = pa.concat_tables([kept, apply(typed, item["overrides"], staging_position(lambda: new))])
     return publish(storage, item["table"], part, properties, types, item["csv"], published=published)
 
 
@@ -284,6 +286,7 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, layout: Layout, fo
         "staging": plan.staging,
         "table": plan.table,
         "csv": "csv" in formats,
+        "overrides": plan.overrides,
         "hard": plan.hard,
         "activations": plan.activations,
         # a rebucketed stream's buckets hold previous rows too: their parts' needs join the new files'
@@ -295,7 +298,7 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, layout: Layout, fo
     item |= {"types": plan.state["types"], "schema": plan.state["schema"]}
     if item["needs"] is not None and not plan.activations and (rebucket or not keyed):
         expected = run_types([{"needs": join_all([plan.state["types"], item["needs"]])}], properties, plan.state["types"])
-        item |= {"types": expected, "schema": schema_text(properties, expected)}
+        item |= {"types": expected, "schema": schema_text(properties, expected, plan.overrides)}
     typing = plan.needs is not None and not plan.activations  # the new records are typed as they are read
     item["typing"] = (table_properties(properties, item["types"]), item["types"]) if typing else None
     if runs_here(spark, layout.one_task):
@@ -315,9 +318,10 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, layout: Layout, fo
         gone = {part["staging"] for part in replaced}
         kept = [part for part in parts if part["staging"] not in gone]
     types = run_types(kept + written, properties, plan.state["types"])
-    schema = schema_text(properties, types)
+    schema = schema_text(properties, types, plan.overrides)
     overwrite = schema != plan.state["schema"]  # then every part is published again, under the new types
-    work = functools.partial(publish, storage, plan.table, properties=properties, types=types, csv="csv" in formats)
+    csv = "csv" in formats
+    work = functools.partial(publish, storage, plan.table, properties=properties, types=types, csv=csv, overrides=plan.overrides)
     again = (kept if overwrite else []) + [part for part in written if "published" not in part or schema != item["schema"]]
     done = dict(zip([part["staging"] for part in again], run_items(spark, again, work, items_per_task=2, threads=2), strict=True))
     if "csv" in formats and not overwrite:  # CSV asked for the first time: twins of the kept files

@@ -215,9 +215,22 @@ def live_manifests_only(producer):
     return producer
 
 
-def sync(storage: Storage, catalog, tap_id: str, stream: str, published: delta.Published, arrow_schema) -> int | None:
+def named(tap_id: str, stream: str, table) -> dict:
+    """What project reports of a stream's Iceberg table: its name in the catalog and where readers
+    without the catalog find it (DuckDB's ``iceberg_scan``)."""
+    namespace, name = identifier(tap_id, stream)
+    snapshot = table.current_snapshot()
+    return {
+        "namespace": namespace,
+        "table": name,
+        "metadata_location": table.metadata_location,
+        "snapshot": snapshot.snapshot_id if snapshot else None,
+    }
+
+
+def sync(storage: Storage, catalog, tap_id: str, stream: str, published: delta.Published, arrow_schema) -> dict | None:
     """Make the Iceberg table's files the Delta table's at ``published`` in ONE snapshot (none when
-    it mirrors that version or a later one already). Returns the table's current snapshot id."""
+    it mirrors that version or a later one already). Returns the table as ``named`` gives it (None: no Delta state yet)."""
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
     if published.state_version is None or not published.state:
@@ -227,7 +240,7 @@ def sync(storage: Storage, catalog, tap_id: str, stream: str, published: delta.P
         table = _load_or_create(catalog, tap_id, stream, f"{file_uri(storage, key)}/_iceberg", arrow_schema)
         mirrored = mirrored_version(table)
         if mirrored is not None and mirrored >= published.state_version:
-            return table.current_snapshot().snapshot_id
+            return named(tap_id, stream, table)
         wanted = {file_uri(storage, f"{key}/{part['published']}") for part in published.state["parts"]}
         current = _current_files(table)
         tx = table.transaction()
@@ -245,5 +258,4 @@ def sync(storage: Storage, catalog, tap_id: str, stream: str, published: delta.P
                 producer.delete_data_file(file)
             for path in added:
                 producer.append_data_file(parquet_file_to_data_file(table.io, tx.table_metadata, path))
-        table = tx.commit_transaction()
-        return table.current_snapshot().snapshot_id
+        return named(tap_id, stream, tx.commit_transaction())

@@ -11,6 +11,7 @@ from singerlake.format.columnar import typed_texts
 from singerlake.format.exact import decode, json_text, json_value, records_needs, typed_table
 from singerlake.storage import Storage
 from singerlake.tables.deletes import SDC_DELETED_AT, apply_deletes, deletes_changed, table_properties
+from singerlake.tables.overrides import apply, staging_position
 from singerlake.tables.staging import conform
 from singerlake.times import new_file_id
 
@@ -130,13 +131,19 @@ def publish(
     csv: bool,
     staging=None,
     published=None,
+    overrides: dict | None = None,
 ) -> dict:
     """Write the part's published Parquet file (and CSV twin) from its staging rows (``staging``, else
-    read from its staging file), or its rows typed already (``published``)."""
+    read from its staging file), or its rows typed already (``published``); chosen columns (``overrides``)
+    converted to their types."""
     import pyarrow.parquet as pq
 
     if published is None:
-        published = typed_rows(properties, types, staging if staging is not None else read_parquet(storage, part["staging"]))
+        staging = staging if staging is not None else read_parquet(storage, part["staging"])
+        published = typed_rows(properties, types, staging)
+    if overrides:
+        rows = lambda: staging if staging is not None else read_parquet(storage, part["staging"])  # noqa: E731  (only to name a value)
+        published = apply(published, overrides, staging_position(rows))
     buffer = io.BytesIO()
     pq.write_table(published, buffer, **PARQUET)
     name = f"part-{new_file_id()}.parquet"

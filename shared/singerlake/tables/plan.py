@@ -15,6 +15,7 @@ from singerlake.lake import Lake
 from singerlake.replay.plan import plan_files
 from singerlake.tables import delta
 from singerlake.tables.deletes import deletes_properties, table_properties
+from singerlake.tables.overrides import chosen_schema
 
 
 # -- planning on the driver ----------------------------------------------------------------------
@@ -33,6 +34,7 @@ class StreamPlan:
     activations: list[dict] = dataclass_field(default_factory=list)  # the ACTIVATE_VERSIONs the table has not applied yet
     activated: int = 0  # the stream's ACTIVATE_VERSIONs: how many the table has applied after this run
     needs: dict | None = None  # what the new records need, from their files' statistics (None: a file has none)
+    overrides: dict = dataclass_field(default_factory=dict)  # column -> the type the user chose (SPEC.md §12)
 
     @property
     def table(self) -> str:
@@ -79,17 +81,25 @@ class StreamPlan:
         }
 
 
-def plan_stream(lake: Lake, tap_id: str, stream: str, hard: bool = False) -> StreamPlan:
+def missing_twins(parts: list[dict], csv: bool) -> bool:
+    """Whether a run asked for CSV finds current parts without their twin (an earlier run without it):
+    a format newly asked for is written for the whole table, whatever changed (SPEC.md §12)."""
+    return csv and any("csv" not in part for part in parts)
+
+
+def plan_stream(lake: Lake, tap_id: str, stream: str, hard: bool = False, csv: bool = False, overrides: dict | None = None) -> StreamPlan:
     manifest = lake.manifest(tap_id, stream)
     published = delta.latest(lake.storage, delta.table_key(tap_id, stream))
     end = Position(*manifest.end_position(), manifest.generation)
     activations = manifest.activate_versions
-    plan = StreamPlan(tap_id, stream, manifest, published, end, hard=hard, activated=len(activations))
+    plan = StreamPlan(tap_id, stream, manifest, published, end, hard=hard, activated=len(activations), overrides=overrides or {})
     plan.anew = published.state is not None and published.state.get("deletes") != plan.deletes
     after = Position.from_bookmark(plan.state["position"], stream) if "position" in plan.state else None
     check_bookmark(after, manifest)
     plan.activations = activations[plan.state.get("activations", 0) :]
-    if (after is not None and after >= end and not plan.activations) or not manifest.versions:
+    caught_up = after is not None and after >= end and not plan.activations
+    same_types = plan.state.get("overrides", {}) == plan.overrides  # a choice given or dropped retypes the table
+    if (caught_up and same_types and not missing_twins(plan.state["parts"], csv)) or not manifest.versions:
         plan.up_to_date = True
         return plan
     plan.files = plan_files(manifest, set(manifest.versions), after, manifest.commits)
@@ -120,12 +130,18 @@ def work_item(plan: StreamPlan, formats: list[str]) -> dict:
         "hard": plan.hard,
         "activations": plan.activations,
         "needs": plan.needs,
+        "overrides": plan.overrides,
     }
 
 
-def schema_text(properties: dict, types: dict) -> str:
+def published_schema(properties: dict, types: dict, overrides: dict | None = None):
+    """The published table's Arrow schema: exact types (``exact``), the chosen ones where the user chose."""
+    return chosen_schema(table_schema(table_properties(properties, types), types), overrides)
+
+
+def schema_text(properties: dict, types: dict, overrides: dict | None = None) -> str:
     """The published schema as text: equal text, equal column types (field metadata included)."""
-    return table_schema(table_properties(properties, types), types).to_string(show_field_metadata=True, show_schema_metadata=False)
+    return published_schema(properties, types, overrides).to_string(show_field_metadata=True, show_schema_metadata=False)
 
 
 def run_result(kept: list[dict], added: list[dict], replaced: list[dict], overwrite: bool, types: dict, schema: str, **extra) -> dict:

@@ -31,7 +31,7 @@ before an ACTIVATE_VERSION, stay with ``_sdc_deleted_at`` set (soft, the default
 from __future__ import annotations
 
 from singerlake.errors import ConfigError
-from singerlake.format.exact import table_schema
+from singerlake.format.catalogue import replay_schema
 from singerlake.lake import Lake
 from singerlake.pause import pause_point
 from singerlake.spark.runner import (
@@ -42,10 +42,10 @@ from singerlake.spark.runner import (
     selected_streams,
 )
 from singerlake.spark.session import session_of
-from singerlake.tables import delta, iceberg
+from singerlake.tables import delta, iceberg, overrides
 from singerlake.tables.buckets import large_layout, project_large_stream
-from singerlake.tables.deletes import table_properties
-from singerlake.tables.plan import StreamPlan, plan_stream
+from singerlake.tables.deletes import SDC_DELETED_AT
+from singerlake.tables.plan import StreamPlan, plan_stream, published_schema
 from singerlake.tables.small import PART_ROWS, project_small_streams
 
 SMALL_STREAM_BYTES = 64 << 20  # stored (gzipped) bytes; decoded rows take several times that in memory
@@ -59,10 +59,12 @@ def commit_run(lake: Lake, plan: StreamPlan, result: dict) -> dict:
     """The run's one Delta commit: the last step, so a crash or a failed stream leaves the previous version current."""
     state = {"position": plan.end.to_bookmark(), "types": result["types"], "schema": result["schema"], "parts": result["parts"]}
     state |= {"deletes": plan.deletes, "activations": plan.activated}
+    if plan.overrides:
+        state["overrides"] = plan.overrides
     if "buckets" in result:  # a large stream's parts are buckets of keys (SPEC.md §12)
         state["buckets"] = result["buckets"]
     adds = [{"path": part["published"], "size": part["size"], "rows": part["rows"]} for part in result["adds"]]
-    schema = table_schema(table_properties(plan.properties, result["types"]), result["types"])
+    schema = published_schema(plan.properties, result["types"], plan.overrides)
     pause_point("project-before-commit")
     version = delta.commit(lake.storage, plan.table, plan.published, schema, adds, result["removes"], result["overwrite"], state)
     plan.published = delta.Published(version, state, state_version=version)
@@ -81,10 +83,27 @@ def check_formats(lake: Lake, formats: list[str], iceberg_catalog: str | None = 
     return iceberg.open_catalog(iceberg_catalog, lake.storage)
 
 
-def sync_iceberg(lake: Lake, catalog, plan: StreamPlan) -> int | None:
+def sync_iceberg(lake: Lake, catalog, plan: StreamPlan) -> dict | None:
     """The stream's Iceberg table made the Delta table's latest version, in one snapshot (SPEC.md §12)."""
-    schema = table_schema(table_properties(plan.properties, plan.state["types"]), plan.state["types"])
+    schema = published_schema(plan.properties, plan.state["types"], plan.state.get("overrides"))
     return iceberg.sync(lake.storage, catalog, plan.tap_id, plan.stream, plan.published, schema)
+
+
+def chosen_types(lake: Lake, selected: list[tuple[str, str]], types: dict | list[str] | None) -> overrides.Chosen:
+    """The column types the user chose, checked against the selected streams' properties (ConfigError:
+    exit 2, before any work). Only the streams a choice may name are read."""
+    if not types:
+        return {}
+    texts = [types] if isinstance(types, str) else types
+    named = texts.keys() if isinstance(texts, dict) else [text.strip("`").split("`")[0] for text in texts]
+    streams: dict[str, dict] = {}
+    for tap, name in selected:
+        if any(text == name or text.startswith(f"{name}.") for text in named):
+            properties = replay_schema(lake.manifest(tap, name)).get("properties", {})
+            streams[name] = {**streams.get(name, {}), **properties, SDC_DELETED_AT: {}}
+    for _, name in selected:
+        streams.setdefault(name, {SDC_DELETED_AT: {}})
+    return overrides.resolve(texts, streams)
 
 
 def project(
@@ -99,6 +118,7 @@ def project(
     failures: list[StreamFailure] | None = None,
     hard_delete: bool = False,
     iceberg_catalog: str | None = None,
+    types: dict | list[str] | None = None,
 ) -> list[dict]:
     """Project the selected streams. A stream that fails is added to ``failures`` (its table stays at
     its last version) and the others are projected; without ``failures``, StreamsFailed is raised at the end.
@@ -106,12 +126,19 @@ def project(
     ``hard_delete`` are left out (SPEC.md §12). With ``iceberg`` among the formats, each table is also
     an Iceberg table in the pyiceberg catalog ``iceberg_catalog``. ``spark`` may be an ``OnDemand``
     session: small streams that fit one task then run in this process on a local master, and Spark
-    starts only for more."""
+    starts only for more. ``types`` chooses column types (``{stream: {column: type}}`` or
+    ``--type`` texts ``STREAM.COLUMN=TYPE``; SPEC.md §12): a value that does not fit fails its stream."""
     lake.check_exists()
     formats = ["delta" if fmt == "parquet" else fmt for fmt in (formats or ["delta"])]
     catalog = check_formats(lake, formats, iceberg_catalog)
     found = Failures()
-    plans = for_each_stream(selected_streams(lake, tap_id, stream), lambda tap, name: plan_stream(lake, tap, name, hard_delete), found)
+    selected = selected_streams(lake, tap_id, stream)
+    chosen = chosen_types(lake, selected, types)
+
+    def plan(tap: str, name: str) -> StreamPlan:
+        return plan_stream(lake, tap, name, hard_delete, "csv" in formats, chosen.get(name))
+
+    plans = for_each_stream(selected, plan, found)
     pending = [plan for plan in plans.values() if not plan.up_to_date]
     is_large = lambda plan: plan.bytes > small_stream_bytes or "buckets" in plan.state  # noqa: E731  (bucketed: stays large)
     small = [plan for plan in pending if not is_large(plan)]
@@ -122,14 +149,16 @@ def project(
     run_large = lambda tap, name: project_large_stream(lake, spark, *large[(tap, name)], formats)  # noqa: E731
     written |= for_each_stream(list(large), run_large, found, 1)
     committed = for_each_stream(list(written), lambda tap, name: commit_run(lake, plans[(tap, name)], written[(tap, name)]), found)
+    snapshots: dict = {}
     if catalog is not None:  # after the Delta commits; also streams with nothing new whose Iceberg table lags behind
         mirror = [stream_id for stream_id, plan in plans.items() if not found.has(*stream_id) and plan.published.version is not None]
         for tap in sorted({tap for tap, _ in mirror}):  # once, before the streams' threads
             iceberg.ensure_namespace(catalog, tap)
         snapshots = for_each_stream(mirror, lambda tap, name: sync_iceberg(lake, catalog, plans[(tap, name)]), found)
-        for stream_id, snapshot in snapshots.items():
-            if stream_id in committed:
-                committed[stream_id]["iceberg_snapshot"] = snapshot
-    results = [committed.get(stream_id) or plan.summary() for stream_id, plan in plans.items() if not found.has(*stream_id)]
+    results = []
+    for stream_id, plan in plans.items():
+        if not found.has(*stream_id):
+            result = committed.get(stream_id) or plan.summary()
+            results.append(result | ({"iceberg": snapshots[stream_id]} if snapshots.get(stream_id) else {}))
     found.deliver(failures)
     return results

@@ -45,7 +45,7 @@ def join_tail(storage: Storage, item: dict, tail: dict, updated, new, typed, typ
     staging = conform(read_parquet(storage, tail["staging"]))
     keep = pc.invert(pc.is_in(staging["_key"], value_set=updated)) if len(updated) else None
     rows = staging if keep is None else staging.filter(keep)
-    if typed is not None and typing[1] == item["types"]:  # the tail's file is typed alike: no row decoded again
+    if typed is not None and typing[1] == item["types"] and not item["overrides"]:  # typed alike: no row decoded again
         published = read_parquet(storage, f"{item['table']}/{tail['published']}")
         typed = pa.concat_tables([published if keep is None else published.filter(keep), typed.cast(published.schema)])
     else:
@@ -109,9 +109,11 @@ def project_on_executor(storage: Storage, item: dict) -> dict:
         ]
         written += list(pool.map(lambda rows: (write(staging=rows[0], needs=new_needs), *rows), slices))
     types = run_types(kept + [part for part, _, _ in written] + [part for part, _ in trimmed], properties, item["types"])
-    schema = schema_text(properties, types)
+    schema = schema_text(properties, types, item["overrides"])
     overwrite = schema != item["schema"]
-    publish_part = functools.partial(publish, storage, item["table"], properties=properties, types=types, csv=item["csv"])
+    publish_part = functools.partial(
+        publish, storage, item["table"], properties=properties, types=types, csv=item["csv"], overrides=item["overrides"]
+    )
     same = typing is not None and typing[1] == types  # else the new rows are typed again
     with ThreadPoolExecutor(CPU_THREADS) as pool:
         kept = list(pool.map(publish_part, kept)) if overwrite else kept
