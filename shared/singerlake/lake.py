@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, BinaryIO
 
 from singerlake.commits.commit import compare_and_swap, update_manifest
-from singerlake.errors import ConfigError, SingerlakeError
+from singerlake.errors import BadArgument, ConfigError, SingerlakeError
 from singerlake.files.layout import FILES
 from singerlake.format import catalogue as cat
 from singerlake.format.layout import NAME_FILE, RAW, ROOT_METADATA, StreamPaths, catalogue_key, tap_dir
@@ -14,6 +14,7 @@ from singerlake.format.names import decode_segment, is_truncated, normalise_labe
 from singerlake.format.parts import PartStore
 from singerlake.format.scan import scan_stream
 from singerlake.storage import NotFound, PreconditionFailed, Storage, open_storage
+from singerlake.times import iso_ms
 
 
 class UnknownTap(SingerlakeError, LookupError):
@@ -191,7 +192,7 @@ class Lake:
             raise ConfigError("a files query needs a time range (start, end) or a work_id")
         first, last = _when(start, "start"), _when("now" if end is None else end, "end")
         if last < first:
-            raise ConfigError(f"end ({last}) is before start ({first})")
+            raise BadArgument("end", f"{iso_ms(last)} is before the start, {iso_ms(first)}")
         pushed = [r for name in whats for r in index.by_time(self.storage, name, first, last, where)]
         return pushed + self.singer_files(whats, where, first, last)
 
@@ -249,9 +250,10 @@ class Lake:
 MAX_MS = (1 << 63) - 1
 
 
-def _when(value, what: str) -> int | None:
+def _when(value, name: str) -> int | None:
+    """``start`` or ``end`` as ms since the epoch: an int as it is, text as typed (SPEC.md §14)."""
     from singerlake.times import parse_when
 
     if value is None or (isinstance(value, int) and not isinstance(value, bool)):
         return value
-    return parse_when(str(value), f"--{what}")
+    return parse_when(str(value), name, end=name == "end")

@@ -35,7 +35,8 @@ from singerlake.cli.jobs import (
     cmd_verify,
 )
 from singerlake.cli.output import output_for
-from singerlake.errors import run_command
+from singerlake.errors import BadArgument, ConfigError, run_command
+from singerlake.times import BEFORE_NOW
 
 
 def parser() -> argparse.ArgumentParser:
@@ -185,7 +186,7 @@ DEBUG_HELP = "show the traceback of an error (also $SINGERLAKE_DEBUG=1)"
 
 def main(argv: list[str] | None = None) -> int:
     main_parser = parser()
-    args, extra = main_parser.parse_known_args(argv)
+    args, extra = main_parser.parse_known_args(times_attached(sys.argv[1:] if argv is None else argv))
     if extra and getattr(args, "query", "") is None and len(extra) == 1 and not extra[0].startswith("-"):
         args.query = extra[0]  # `sql ROOT --opt X QUERY`: argparse before 3.12 leaves an optional positional after options unfilled
     elif extra:
@@ -194,7 +195,30 @@ def main(argv: list[str] | None = None) -> int:
         main_parser.error(f"{args.command}: --stream needs --tap (stream names are per tap)")
     if args.debug:
         os.environ["SINGERLAKE_DEBUG"] = "1"
-    return run_command(f"singerlake {args.command}", lambda: args.run(args, output_for(args)))
+    return run_command(f"singerlake {args.command}", lambda: run(args))
+
+
+def times_attached(argv: list[str]) -> list[str]:
+    """``--start -1d`` as ``--start=-1d``: argparse takes a value starting with "-" for an option."""
+    attached: list[str] = []
+    for arg in argv:
+        if attached and attached[-1] in ("--start", "--end") and BEFORE_NOW.fullmatch(arg.lower()):
+            attached[-1] += "=" + arg
+        else:
+            attached.append(arg)
+    return attached
+
+
+FLAGS = {"template": "--name", "use_spark": "--spark"}  # the API's parameters whose flag is not --<name>
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command; an argument the API refuses is named by its flag (``--work-id``, not ``work_id``)."""
+    try:
+        return args.run(args, output_for(args))
+    except BadArgument as exc:
+        flag = FLAGS.get(exc.name, "--" + exc.name.replace("_", "-"))
+        raise ConfigError(f"{flag}: {exc.problem}") from exc
 
 
 if __name__ == "__main__":
