@@ -180,11 +180,11 @@ class Lake:
     def find_files(self, what, *, where: str = "", start=None, end=None, work_id: str | None = None) -> list[dict]:
         """The records of the files of ``what`` (a name or several) overlapping ``start``..``end``, or with ``work_id``."""
         from singerlake.files import index
-        from singerlake.files.record import check_labels
+        from singerlake.files.record import check_labels, whats_of
 
-        whats = [what] if isinstance(what, str) else list(what)
+        whats = whats_of(what)
         for name in whats:
-            check_labels(name, work_id=work_id)
+            check_labels(name, where or None, work_id)
         if work_id is not None:
             pushed = [r for name in whats for r in index.by_work_id(self.storage, name, work_id, where)]
             return pushed + self.singer_files(whats, where, work_id=work_id)
@@ -201,10 +201,8 @@ class Lake:
         both normalised; a time query reads only the manifest parts whose summaries overlap it."""
         from singerlake.files.record import singer_record
 
-        if RAW not in self.storage.list_dirs(""):
-            return []
         found = []
-        for tap_id in self.taps():
+        for tap_id in self._landed_taps():
             if not normalise_label(tap_id).startswith(where):
                 continue
             for stream in self.streams(tap_id):
@@ -218,11 +216,29 @@ class Lake:
                 found += [singer_record(entry, tap_id, stream) for entry in entries]
         return sorted(found, key=lambda r: (r["start"], r["where"], r["id"]))
 
+    def _landed_taps(self) -> list[str]:
+        return self.taps() if RAW in self.storage.list_dirs("") else []
+
+    def file_whats(self) -> list[str]:
+        """Every what a files query knows: of pushed files, and each landed stream's (normalised)."""
+        from singerlake.files import index
+
+        streams = {normalise_label(stream) for tap_id in self._landed_taps() for stream in self.streams(tap_id)}
+        return sorted({*index.whats(self.storage), *streams})
+
+    def file_wheres(self, what: str) -> list[str]:
+        """Every where of ``what``'s files: of pushed files, and the taps (normalised) of the streams it names."""
+        from singerlake.files import index
+
+        taps = {normalise_label(t) for t in self._landed_taps() if what in map(normalise_label, self.streams(t))}
+        return sorted({*index.wheres(self.storage, what), *taps})
+
     def latest_file(self, what: str, where: str = "") -> dict | None:
         """The file of ``what`` (pushed, or a stream's data file) whose data is newest."""
         from singerlake.files import index
-        from singerlake.files.record import newness
+        from singerlake.files.record import check_labels, newness
 
+        check_labels(what, where or None)
         candidates = [index.latest(self.storage, what, where), *self.singer_files([what], where)]
         return max((c for c in candidates if c is not None), key=newness, default=None)
 

@@ -4,22 +4,33 @@ from __future__ import annotations
 
 import hashlib
 import mimetypes
+from collections.abc import Iterable
 from typing import Any
 
-from singerlake.errors import ConfigError
+from singerlake.errors import BadArgument, ConfigError
 from singerlake.files.layout import data_key
 from singerlake.format.metadata import METADATA_VERSION, label_problem
 from singerlake.times import iso_ms, now_ms
 
 
 def check_labels(what: str, where: str | None = None, work_id: str | None = None) -> None:
-    """Refuse a label that breaks datalake's rule, naming the setting (None: not given)."""
+    """Refuse a label that breaks datalake's rule, naming the argument (None: not given; a where may be a prefix)."""
     for field, value in (("what", what), ("where", where), ("work_id", work_id)):
         if value is None and field != "what":
             continue
         problem = label_problem(field, value)
         if problem:
-            raise ConfigError(f"--{field.replace('_', '-')}: {problem}")
+            raise BadArgument(field, problem)
+
+
+def whats_of(what: str | Iterable[str]) -> list[str]:
+    """The whats asked for: a name, several separated by commas (spaces around them ignored), or a list; each once."""
+    names = what.split(",") if isinstance(what, str) else list(what)
+    whats = list(dict.fromkeys(name.strip() if isinstance(name, str) else name for name in names))
+    whats = [name for name in whats if name != ""]
+    if not whats:
+        raise BadArgument("what", f"no what in {what!r}")
+    return whats
 
 
 def check_span(start: int, end: int | None, source: str) -> None:
