@@ -320,7 +320,7 @@ def test_pushing_the_same_bytes_again_stores_nothing(root, tmp_path):
     text = again.stdout.decode()
     for record in first["pushed"]:
         assert f"already in the lake as {record['id']}" in text
-    assert f"0 file(s) pushed, {len(files)} already in the lake" in text
+    assert f"0 files pushed, {len(files)} already in the lake" in text
     copy = tmp_path / "copy.bin"  # the same bytes under another name and time: the same file
     copy.write_bytes(files["bytes.bin"])
     third = root.cli_json("push", str(copy), *labels, "--start", "2020-01-01")

@@ -12,6 +12,7 @@ from singerlake.cli.output import Output, fetched_text, printable
 from singerlake.errors import ConfigError
 from singerlake.files.record import whats_of
 from singerlake.lake import Lake
+from singerlake.text import counted
 
 
 def cmd_push(args: argparse.Namespace, output: Output) -> int:
@@ -25,7 +26,7 @@ def cmd_push(args: argparse.Namespace, output: Output) -> int:
     )  # fmt: skip
     lines = [f"pushed {r['id']} {printable(r['path'])} ({r['size']:,} bytes)" for r in result.pushed]
     lines += [f"already in the lake as {r['id']}: {printable(r['path'])}" for r in result.duplicates]
-    lines.append(f"{len(result.pushed)} file(s) pushed, {len(result.duplicates)} already in the lake")
+    lines.append(f"{counted(len(result.pushed), 'file')} pushed, {len(result.duplicates):,} already in the lake")
     output.result(result.to_dict(), "\n".join(lines))
     return 0
 

@@ -10,8 +10,9 @@ import time
 from singerlake.cli.lakes import check_spark_installed, lake_options, open_lake, start_spark
 from singerlake.cli.output import Output
 from singerlake.errors import ConfigError
-from singerlake.jobs.describe import describe_lake, describe_text, stream_locks
+from singerlake.jobs.describe import describe_lake, stream_locks
 from singerlake.storage import PreconditionFailed
+from singerlake.text import counted
 
 MIB = 1 << 20
 
@@ -22,6 +23,32 @@ def cmd_ls(args: argparse.Namespace, output: Output) -> int:
     return 0
 
 
+def describe_text(report: dict) -> str:
+    """``ls``: the lake's taps, streams, versions and locks, and its pushed files per what."""
+    lines = [f"lake {report['root']}"]
+    for tap_id, streams in report["taps"].items():
+        lines.append(f"  tap {tap_id}")
+        for stream, info in streams.items():
+            sizes = f"{records_in(info)}, {counted(info['bytes'], 'byte')}, {counted(info['commits'], 'commit')}"
+            lines.append(f"    {stream}: {sizes}, {info['start']} .. {info['end']}")
+            for version in info["versions"]:
+                lines.append(f"      {version['version']} {version['schema_hash']}: {records_in(version)}")
+                lines += [f"        {change}" for change in version["changes"]]
+            lines += [f"      lock {lock_text(lock)}" for lock in info["locks"]]
+    for what, info in report.get("files", {}).items():
+        sizes = f"{counted(info['files'], 'file')}, {counted(info['bytes'], 'byte')} in {counted(info['pushes'], 'push', 'pushes')}"
+        lines.append(f"  files {what}: {sizes} from {', '.join(info['wheres'])}; days {info['first_day']} .. {info['last_day']}")
+    return "\n".join(lines)
+
+
+def records_in(info: dict) -> str:
+    return f"{counted(info['records'], 'record')} in {counted(info['files'], 'file')}"
+
+
+def lock_text(lock: dict) -> str:
+    return f"{lock['path']}: {lock['writer_id']}, refreshed {lock['refreshed']}{' (stale)' if lock['stale'] else ''}"
+
+
 def cmd_verify(args: argparse.Namespace, output: Output) -> int:
     from singerlake.jobs.verify import verify
 
@@ -30,7 +57,9 @@ def cmd_verify(args: argparse.Namespace, output: Output) -> int:
     failures: list = []
     findings = verify(lake, spark, check_hashes=not args.no_hashes, progress=output.progress("verify"), failures=failures)
     if findings or failures:
-        summary = f"{len(findings)} problem(s) found" + (f"; {len(failures)} stream(s) could not be checked" if failures else "")
+        summary = f"{counted(len(findings), 'problem')} found" + (
+            f"; {counted(len(failures), 'stream')} could not be checked" if failures else ""
+        )
     else:
         summary = "clean: metadata and storage agree"
     doc = {"clean": not findings and not failures, "findings": [f.to_dict() for f in findings]}
@@ -44,7 +73,7 @@ def cmd_repair(args: argparse.Namespace, output: Output) -> int:
     failures: list = []
     actions = repair(lake, start_spark(args), apply=args.apply, progress=output.progress("repair"), failures=failures)
     verb = "done" if args.apply else "would do (dry run; --apply to change the lake)"
-    text = "\n".join([*map(str, actions), f"{len(actions)} change(s) {verb}" if actions else "nothing to repair"])
+    text = "\n".join([*map(str, actions), f"{counted(len(actions), 'change')} {verb}" if actions else "nothing to repair"])
     return output.finish({"applied": args.apply, "actions": [a.to_dict() for a in actions]}, text, failures)
 
 
@@ -58,7 +87,7 @@ def cmd_vacuum(args: argparse.Namespace, output: Output) -> int:
     freed = sum(d.size for d in deletions)
     verb = "deleted" if args.apply else "would be deleted (dry run; --apply to delete)"
     lines = [*map(str, deletions), *(f"left for a later pass: {note}" for note in notes)]
-    text = "\n".join([*lines, f"{len(deletions)} file(s), {freed:,} bytes {verb}"])
+    text = "\n".join([*lines, f"{counted(len(deletions), 'file')}, {counted(freed, 'byte')} {verb}"])
     output.result({"applied": args.apply, "deletions": [d.to_dict() for d in deletions], "left": notes}, text)
     return 0
 
@@ -73,7 +102,8 @@ def cmd_compact(args: argparse.Namespace, output: Output) -> int:
         lake, start_spark(args), args.tap, args.stream, target_bytes=target_bytes, progress=output.progress("compact"), failures=failures
     )
     text = "\n".join(
-        f"{r.stream}: {r.files_before:,} -> {r.files_after:,} files ({r.groups} merged, {r.bytes_merged:,} bytes)" for r in results
+        f"{r.stream}: {r.files_before:,} -> {counted(r.files_after, 'file')} ({r.groups:,} merged, {counted(r.bytes_merged, 'byte')})"
+        for r in results
     )
     return output.finish({"streams": [r.to_dict() for r in results]}, text or "no streams", failures)
 
@@ -99,7 +129,8 @@ def cmd_project(args: argparse.Namespace, output: Output) -> int:
         iceberg_catalog=args.iceberg_catalog,
     )
     text = "\n".join(
-        f"{r['stream']}: {r['new_records']:,} new records, {r['rows']:,} current rows -> {r['table']} (version {r['version']})"
+        f"{r['stream']}: {counted(r['new_records'], 'new record')}, {counted(r['rows'], 'current row')} -> {r['table']} "
+        f"(version {r['version']})"
         for r in results
     )
     return output.finish({"streams": results}, text or "no streams", failures)
@@ -112,7 +143,9 @@ def cmd_upgrade(args: argparse.Namespace, output: Output) -> int:
     failures: list = []
     upgrades = upgrade(lake, apply=args.apply, failures=failures, spark=lambda: start_spark(args))
     verb = "upgraded" if args.apply else "to upgrade (dry run; --apply to convert)"
-    summary = f"{len(upgrades)} stream(s) {verb}" if upgrades else "nothing to upgrade: every manifest is 2.0, with column statistics"
+    summary = (
+        f"{counted(len(upgrades), 'stream')} {verb}" if upgrades else "nothing to upgrade: every manifest is 2.0, with column statistics"
+    )
     text = "\n".join([*map(str, upgrades), summary])
     return output.finish({"applied": args.apply, "streams": [u.to_dict() for u in upgrades]}, text, failures)
 
@@ -138,7 +171,7 @@ def cmd_sql(args: argparse.Namespace, output: Output) -> int:
     shell = Shell(session, mode=output.mode, out=output.out, err=output.err)
     if not interactive:
         return run_piped(shell, sys.stdin)
-    views = f"{len(session.streams)} stream(s) of {tap_id} as views ({'every record' if args.raw else 'current rows'})"
+    views = f"{counted(len(session.streams), 'stream')} of {tap_id} as views ({'every record' if args.raw else 'current rows'})"
     return run_interactive(shell, f"Spark started in {time.perf_counter() - started:.1f} s; {views}. End statements with ; .help for help")
 
 
@@ -157,9 +190,7 @@ def cmd_locks(args: argparse.Namespace, output: Output) -> int:
             raise ConfigError(f"{args.break_lock} changed while breaking it (its writer is alive): not broken") from None
         output.result({"broken": args.break_lock}, f"broke {args.break_lock}")
         return 0
-    text = "\n".join(
-        f"{lock['path']}: {lock['writer_id']}, refreshed {lock['refreshed']}{' (stale)' if lock['stale'] else ''}" for lock in locks
-    )
+    text = "\n".join(map(lock_text, locks))
     output.result(locks, text or "no locks")
     return 0
 
@@ -187,8 +218,8 @@ def cmd_docs(args: argparse.Namespace, output: Output) -> int:
     if args.publish:
         write_site(site, lake.storage, SITE_PREFIX)
         places.append(lake.storage.url_of(SITE_PREFIX))
-    whats = f", {site.whats} whats of files" if site.whats else ""
-    text = f"{len(site.pages)} pages ({site.streams} streams{whats}) written to {' and '.join(places)}"
+    whats = f", {counted(site.whats, 'what')} of files" if site.whats else ""
+    text = f"{counted(len(site.pages), 'page')} ({counted(site.streams, 'stream')}{whats}) written to {' and '.join(places)}"
     return output.finish(
         {"pages": len(site.pages), "streams": site.streams, "whats": site.whats, "written_to": places}, text, site.problems
     )

@@ -126,29 +126,3 @@ def describe_files(lake: Lake) -> dict:
             "last_day": days[-1] if days else None,
         }
     return whats
-
-
-def describe_text(report: dict) -> str:
-    lines = [f"lake {report['root']}"]
-    for tap_id, streams in report["taps"].items():
-        lines.append(f"  tap {tap_id}")
-        for stream, info in streams.items():
-            lines.append(
-                f"    {stream}: {info['records']:,} records in {info['files']:,} files, {info['bytes']:,} bytes, "
-                f"{info['commits']} commits, {info['start']} .. {info['end']}"
-            )
-            for version in info["versions"]:
-                lines.append(
-                    f"      {version['version']} {version['schema_hash']}: {version['records']:,} records in {version['files']:,} files"
-                )
-                lines += [f"        {change}" for change in version["changes"]]
-            for lock in info["locks"]:
-                lines.append(
-                    f"      lock {lock['path']}: {lock['writer_id']}, refreshed {lock['refreshed']}{' (stale)' if lock['stale'] else ''}"
-                )
-    for what, info in report.get("files", {}).items():
-        lines.append(
-            f"  files {what}: {info['files']:,} files, {info['bytes']:,} bytes in {info['pushes']:,} pushes from "
-            f"{', '.join(info['wheres'])}; days {info['first_day']} .. {info['last_day']}"
-        )
-    return "\n".join(lines)
