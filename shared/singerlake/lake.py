@@ -165,7 +165,7 @@ class Lake:
     def push(
         self, paths, *, what: str, where: str, work_id: str | None = None, start=None, end=None, progress=None, spark=None, use_spark="auto"
     ):
-        """Push files or directories; times as ms since the epoch or text (ISO 8601, ``now``, epoch s/ms).
+        """Push files or directories; times as ms since the epoch or text as typed (SPEC.md §14: ISO 8601, ``now``, ``-1d``, epoch s/ms).
 
         ``spark``: a SparkSession; a push of ``files.push.SPARK_FILES`` files or more then stores
         them on its executors (``use_spark="always"``: any push; ``"never"``: none)."""

@@ -151,7 +151,7 @@ def add_files_commands(command) -> None:
     files.add_argument("--what", required=True, help="a what, or several separated by commas")
     files.add_argument("--where", default="", help="only wheres starting with this")
     files.add_argument("--start", help=f"files whose span overlaps --start..--end: {TIME_HELP}")
-    files.add_argument("--end", help="end of the range (default now)")
+    files.add_argument("--end", help="end of the range (default now; a date alone: the end of that day)")
     files.add_argument("--work-id", help="the files pushed with this work id")
     files.add_argument("--latest", action="store_true", help="the file whose data is newest, per what")
     files.add_argument("--fetch", metavar="DIR", help="also fetch every file found into DIR (see --name)")
@@ -164,8 +164,8 @@ def add_files_commands(command) -> None:
     fetch.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
 
 
-TIME_HELP = "ISO 8601, now, or seconds or ms since the epoch"
-NAME_HELP = "file names in a directory, from record fields, e.g. {where}/{what}-{start_iso} (default {id}-{name})"
+TIME_HELP = "ISO 8601 (a date alone: that whole UTC day), now, today, yesterday, -30m, -2h, -1d, or seconds or ms since the epoch"
+NAME_HELP = "file names in a directory, from record fields and {day} (the start's UTC day), e.g. {where}/{day}/{name} (default {id}-{name})"
 OVERWRITE_HELP = "replace a file already there with other bytes (default: leave it, and report that file failed)"
 
 
