@@ -141,10 +141,10 @@ def _targets(records: list[dict], out: str | None, template: str) -> list[Path]:
         return [Path(out)]
     directory = Path(out or ".")
     targets = [directory / name_for(record, template) for record in records]
-    named: dict[Path, str] = {}
+    named: dict[Path, dict] = {}
     for record, target in zip(records, targets, strict=True):
-        if named.setdefault(target, record["id"]) != record["id"]:
-            first = next(r for r in records if r["id"] == named[target])
+        first = named.setdefault(target, record)
+        if first["id"] != record["id"]:
             hint = telling_apart(template, first, record)
             raise BadArgument("template", f"{template!r} gives {target} to both {first['id']} and {record['id']}: {hint}")
     return targets
