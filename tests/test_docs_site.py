@@ -360,7 +360,7 @@ def test_what_pages_open_from_the_index_in_a_browser_with_their_chart_and_latest
     records = push_files(lake, tmp_path / "in")
     run = docs(root, "--out", str(site))
     assert run.returncode == 0, run.stderr
-    assert "4 pages (1 streams, 2 whats of files)" in run.stdout
+    assert "4 pages (1 stream, 2 whats of files)" in run.stdout
     for path in site.rglob("*.html"):  # nothing on a page loads anything
         assert not re.search(r"\ssrc=|<link|url\(|@import", path.read_text("utf-8")), path
 

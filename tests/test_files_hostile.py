@@ -256,7 +256,7 @@ def test_pushes_of_the_same_files_at_once_report_each_file_pushed_once(request, 
         pushed = [line.split()[1] for line in lines if line.startswith("pushed ")]
         already = [line.split()[5].rstrip(":") for line in lines if line.startswith("already in the lake as ")]
         assert sorted(pushed + already) == sorted(set(pushed + already)) and len(pushed + already) == count, "each file once"
-        assert lines[-1] == f"{len(pushed)} file(s) pushed, {len(already)} already in the lake"
+        assert lines[-1] == f"{len(pushed)} file{'s' * (len(pushed) != 1)} pushed, {len(already)} already in the lake"
         pushed_ids += pushed
     stored = {r["id"] for r in root.lake.find_files("docs", start=0, end="now")}
     assert len(stored) == count

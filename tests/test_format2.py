@@ -252,7 +252,7 @@ def test_a_lake_written_by_1x_is_read_upgraded_in_place_and_bookmarks_still_hold
 
     done = subprocess.run([SINGERLAKE, "upgrade", str(root), "--apply"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert "2 stream(s) upgraded" in done.stdout
+    assert "2 streams upgraded" in done.stdout
     for stream in streams:
         manifest = lake.manifest("tap-old", stream)
         assert manifest.read_format == "singerlake-manifest-v2"

@@ -26,6 +26,15 @@ class ConfigError(SingerlakeError, ValueError):
     """A setting or command-line argument is wrong; the message names it."""
 
 
+class BadArgument(ConfigError):
+    """An argument of a call is wrong: ``name`` is the parameter (``start``, ``work_id``), ``problem``
+    what is wrong with it. The message names the API's parameter; the CLI names its flag instead."""
+
+    def __init__(self, name: str, problem: str):
+        super().__init__(f"{name}: {problem}")
+        self.name, self.problem = name, problem
+
+
 class UnsafeName(SingerlakeError, ValueError):
     """A name or key that cannot be stored in the lake (it could leave the lake root)."""
 

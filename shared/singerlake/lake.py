@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, BinaryIO
 
 from singerlake.commits.commit import compare_and_swap, update_manifest
-from singerlake.errors import ConfigError, SingerlakeError
+from singerlake.errors import BadArgument, ConfigError, SingerlakeError
 from singerlake.files.layout import FILES
 from singerlake.format import catalogue as cat
 from singerlake.format.layout import NAME_FILE, RAW, ROOT_METADATA, StreamPaths, catalogue_key, tap_dir
@@ -14,6 +14,7 @@ from singerlake.format.names import decode_segment, is_truncated, normalise_labe
 from singerlake.format.parts import PartStore
 from singerlake.format.scan import scan_stream
 from singerlake.storage import NotFound, PreconditionFailed, Storage, open_storage
+from singerlake.times import iso_ms
 
 
 class UnknownTap(SingerlakeError, LookupError):
@@ -164,7 +165,7 @@ class Lake:
     def push(
         self, paths, *, what: str, where: str, work_id: str | None = None, start=None, end=None, progress=None, spark=None, use_spark="auto"
     ):
-        """Push files or directories; times as ms since the epoch or text (ISO 8601, ``now``, epoch s/ms).
+        """Push files or directories; times as ms since the epoch or text as typed (SPEC.md §14: ISO 8601, ``now``, ``-1d``, epoch s/ms).
 
         ``spark``: a SparkSession; a push of ``files.push.SPARK_FILES`` files or more then stores
         them on its executors (``use_spark="always"``: any push; ``"never"``: none)."""
@@ -179,11 +180,11 @@ class Lake:
     def find_files(self, what, *, where: str = "", start=None, end=None, work_id: str | None = None) -> list[dict]:
         """The records of the files of ``what`` (a name or several) overlapping ``start``..``end``, or with ``work_id``."""
         from singerlake.files import index
-        from singerlake.files.record import check_labels
+        from singerlake.files.record import check_labels, whats_of
 
-        whats = [what] if isinstance(what, str) else list(what)
+        whats = whats_of(what)
         for name in whats:
-            check_labels(name, work_id=work_id)
+            check_labels(name, where or None, work_id)
         if work_id is not None:
             pushed = [r for name in whats for r in index.by_work_id(self.storage, name, work_id, where)]
             return pushed + self.singer_files(whats, where, work_id=work_id)
@@ -191,7 +192,7 @@ class Lake:
             raise ConfigError("a files query needs a time range (start, end) or a work_id")
         first, last = _when(start, "start"), _when("now" if end is None else end, "end")
         if last < first:
-            raise ConfigError(f"end ({last}) is before start ({first})")
+            raise BadArgument("end", f"{iso_ms(last)} is before the start, {iso_ms(first)}")
         pushed = [r for name in whats for r in index.by_time(self.storage, name, first, last, where)]
         return pushed + self.singer_files(whats, where, first, last)
 
@@ -200,10 +201,8 @@ class Lake:
         both normalised; a time query reads only the manifest parts whose summaries overlap it."""
         from singerlake.files.record import singer_record
 
-        if RAW not in self.storage.list_dirs(""):
-            return []
         found = []
-        for tap_id in self.taps():
+        for tap_id in self._landed_taps():
             if not normalise_label(tap_id).startswith(where):
                 continue
             for stream in self.streams(tap_id):
@@ -217,11 +216,29 @@ class Lake:
                 found += [singer_record(entry, tap_id, stream) for entry in entries]
         return sorted(found, key=lambda r: (r["start"], r["where"], r["id"]))
 
+    def _landed_taps(self) -> list[str]:
+        return self.taps() if RAW in self.storage.list_dirs("") else []
+
+    def file_whats(self) -> list[str]:
+        """Every what a files query knows: of pushed files, and each landed stream's (normalised)."""
+        from singerlake.files import index
+
+        streams = {normalise_label(stream) for tap_id in self._landed_taps() for stream in self.streams(tap_id)}
+        return sorted({*index.whats(self.storage), *streams})
+
+    def file_wheres(self, what: str) -> list[str]:
+        """Every where of ``what``'s files: of pushed files, and the taps (normalised) of the streams it names."""
+        from singerlake.files import index
+
+        taps = {normalise_label(t) for t in self._landed_taps() if what in map(normalise_label, self.streams(t))}
+        return sorted({*index.wheres(self.storage, what), *taps})
+
     def latest_file(self, what: str, where: str = "") -> dict | None:
         """The file of ``what`` (pushed, or a stream's data file) whose data is newest."""
         from singerlake.files import index
-        from singerlake.files.record import newness
+        from singerlake.files.record import check_labels, newness
 
+        check_labels(what, where or None)
         candidates = [index.latest(self.storage, what, where), *self.singer_files([what], where)]
         return max((c for c in candidates if c is not None), key=newness, default=None)
 
@@ -249,9 +266,10 @@ class Lake:
 MAX_MS = (1 << 63) - 1
 
 
-def _when(value, what: str) -> int | None:
+def _when(value, name: str) -> int | None:
+    """``start`` or ``end`` as ms since the epoch: an int as it is, text as typed (SPEC.md §14)."""
     from singerlake.times import parse_when
 
     if value is None or (isinstance(value, int) and not isinstance(value, bool)):
         return value
-    return parse_when(str(value), f"--{what}")
+    return parse_when(str(value), name, end=name == "end")

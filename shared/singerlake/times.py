@@ -3,11 +3,14 @@ for the time a record is filed under (SPEC.md §1, §4, §11)."""
 
 from __future__ import annotations
 
+import re
 import threading
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
+
+from singerlake.errors import BadArgument
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -106,24 +109,58 @@ def days_between(start_ms: int, end_ms: int) -> list[str]:
 
 
 MS_THRESHOLD = 100_000_000_000  # a number above this is ms since the epoch (datalake's rule), else seconds
+DAY_MS = 86_400_000
+BEFORE_NOW = re.compile(r"-(\d+(?:\.\d+)?)([smhdw])")  # -30m, -2h, -1d: a time before now
+_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": DAY_MS, "w": 7 * DAY_MS}
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+TIME_FORMS = "ISO 8601 (2026-11-20, 2026-11-20T12:00:00Z), now, today, yesterday, -30m, -2h, -1d, or seconds or ms since the epoch"
 
 
-def parse_when(text: str, what: str) -> int:
-    """A time a user typed: ISO 8601 (a date alone is its midnight UTC), ``now``, or a number of seconds
-    or (above 1e11) milliseconds since the epoch. ``what`` names the argument in the error."""
-    from singerlake.errors import ConfigError
-
+def parse_when(text: str, name: str, end: bool = False) -> int:
+    """A time a user typed (SPEC.md §14): ISO 8601, ``now``, ``today``, ``yesterday``, a time before now
+    (``-30m``, ``-2h``, ``-1d``), or seconds or (above 1e11) milliseconds since the epoch. A day alone
+    (a date, ``today``, ``yesterday``) is its first ms, or its last as an ``end``. ``name`` names the
+    argument in the error (``BadArgument``)."""
     text = str(text).strip()
-    if text.lower() == "now":
+    word = text.lower()
+    if word == "now":
         return now_ms()
+    if word in ("today", "yesterday"):
+        day = now_ms() // DAY_MS * DAY_MS - (DAY_MS if word == "yesterday" else 0)
+        return day + DAY_MS - 1 if end else day
+    if before := BEFORE_NOW.fullmatch(word):
+        return now_ms() - int(float(before[1]) * _UNIT_MS[before[2]])
     try:
         number = float(text)
     except ValueError:
-        parsed = parse_time_ms(text)
-        if parsed is None:
-            expected = "expected ISO 8601 (2024-03-03T12:00:00Z), 'now', or seconds or ms since the epoch"
-            raise ConfigError(f"{what} {text!r}: {expected}") from None
-        return parsed
-    if number != number or number < 0:  # NaN, or before the epoch
-        raise ConfigError(f"{what} {text!r}: must be a time at or after 1970-01-01")
+        ms = _iso_ms(text, name)
+        return ms + DAY_MS - 1 if end and _DATE.fullmatch(text) else ms
+    if number != number:
+        raise BadArgument(name, f"{text!r} is not a time: expected {TIME_FORMS}")
+    if number < 0:
+        units = ", ".join(f"{text}{unit}" for unit in "mhd")
+        raise BadArgument(name, f"{text!r}: a time before now takes a unit ({units}); a number is a time since 1970-01-01")
     return int(number) if number > MS_THRESHOLD else int(number * 1000)
+
+
+def _iso_ms(text: str, name: str) -> int:
+    try:
+        # A trailing Z spelled as an offset: Python 3.10's fromisoformat (still supported) rejects "Z".
+        dt = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
+    except ValueError as exc:
+        reason = str(exc)
+        if not _DATE.match(text) or reason.startswith("Invalid isoformat"):
+            raise BadArgument(name, f"{text!r} is not a time: expected {TIME_FORMS}") from None
+        raise BadArgument(name, f"{text!r} is not a valid {'time' if _valid_date(text[:10]) else 'date'}: {reason}") from None
+    ms = to_ms(dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc))
+    if ms < 0:
+        raise BadArgument(name, f"{text!r} is before 1970-01-01: a time must be at or after it")
+    return ms
+
+
+def _valid_date(text: str) -> bool:
+    try:
+        date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True

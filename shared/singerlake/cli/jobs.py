@@ -10,8 +10,10 @@ import time
 from singerlake.cli.lakes import check_spark_installed, lake_options, open_lake, start_spark
 from singerlake.cli.output import Output
 from singerlake.errors import ConfigError
-from singerlake.jobs.describe import describe_lake, describe_text, stream_locks
+from singerlake.jobs.describe import describe_lake, stream_locks
 from singerlake.storage import PreconditionFailed
+from singerlake.tables.columns import note, type_label
+from singerlake.text import counted
 
 MIB = 1 << 20
 
@@ -22,6 +24,44 @@ def cmd_ls(args: argparse.Namespace, output: Output) -> int:
     return 0
 
 
+def describe_text(report: dict) -> str:
+    """``ls``: the lake's taps, streams, versions and locks, and its pushed files per what."""
+    lines = [f"lake {report['root']}"]
+    for tap_id, streams in report["taps"].items():
+        lines.append(f"  tap {tap_id}")
+        for stream, info in streams.items():
+            sizes = f"{records_in(info)}, {counted(info['bytes'], 'byte')}, {counted(info['commits'], 'commit')}"
+            lines.append(f"    {stream}: {sizes}, {info['start']} .. {info['end']}")
+            for version in info["versions"]:
+                lines.append(f"      {version['version']} {version['schema_hash']}: {records_in(version)}")
+                lines += [f"        {change}" for change in version["changes"]]
+            lines += table_text(info.get("table"))
+            lines += [f"      lock {lock_text(lock)}" for lock in info["locks"]]
+    for what, info in report.get("files", {}).items():
+        sizes = f"{counted(info['files'], 'file')}, {counted(info['bytes'], 'byte')} in {counted(info['pushes'], 'push', 'pushes')}"
+        lines.append(f"  files {what}: {sizes} from {', '.join(info['wheres'])}; days {info['first_day']} .. {info['last_day']}")
+    return "\n".join(lines)
+
+
+def table_text(table: dict | None) -> list[str]:
+    """A projected stream's table in a line, then each column a reader should know of (JSON text, chosen types)."""
+    if table is None:
+        return []
+    lines = [f"      table {table['location']}: version {table['version']}, {counted(table['rows'], 'row')}"]
+    if "iceberg" in table:
+        iceberg = table["iceberg"]
+        lines.append(f"      iceberg {iceberg['namespace']}.{iceberg['table']}: {iceberg['metadata_location']}")
+    return lines + [f"        {column['name']}: {type_label(column)}" for column in table["columns"] if note(column)]
+
+
+def records_in(info: dict) -> str:
+    return f"{counted(info['records'], 'record')} in {counted(info['files'], 'file')}"
+
+
+def lock_text(lock: dict) -> str:
+    return f"{lock['path']}: {lock['writer_id']}, refreshed {lock['refreshed']}{' (stale)' if lock['stale'] else ''}"
+
+
 def cmd_verify(args: argparse.Namespace, output: Output) -> int:
     from singerlake.jobs.verify import verify
 
@@ -30,7 +70,9 @@ def cmd_verify(args: argparse.Namespace, output: Output) -> int:
     failures: list = []
     findings = verify(lake, spark, check_hashes=not args.no_hashes, progress=output.progress("verify"), failures=failures)
     if findings or failures:
-        summary = f"{len(findings)} problem(s) found" + (f"; {len(failures)} stream(s) could not be checked" if failures else "")
+        summary = f"{counted(len(findings), 'problem')} found" + (
+            f"; {counted(len(failures), 'stream')} could not be checked" if failures else ""
+        )
     else:
         summary = "clean: metadata and storage agree"
     doc = {"clean": not findings and not failures, "findings": [f.to_dict() for f in findings]}
@@ -44,7 +86,7 @@ def cmd_repair(args: argparse.Namespace, output: Output) -> int:
     failures: list = []
     actions = repair(lake, start_spark(args), apply=args.apply, progress=output.progress("repair"), failures=failures)
     verb = "done" if args.apply else "would do (dry run; --apply to change the lake)"
-    text = "\n".join([*map(str, actions), f"{len(actions)} change(s) {verb}" if actions else "nothing to repair"])
+    text = "\n".join([*map(str, actions), f"{counted(len(actions), 'change')} {verb}" if actions else "nothing to repair"])
     return output.finish({"applied": args.apply, "actions": [a.to_dict() for a in actions]}, text, failures)
 
 
@@ -58,7 +100,7 @@ def cmd_vacuum(args: argparse.Namespace, output: Output) -> int:
     freed = sum(d.size for d in deletions)
     verb = "deleted" if args.apply else "would be deleted (dry run; --apply to delete)"
     lines = [*map(str, deletions), *(f"left for a later pass: {note}" for note in notes)]
-    text = "\n".join([*lines, f"{len(deletions)} file(s), {freed:,} bytes {verb}"])
+    text = "\n".join([*lines, f"{counted(len(deletions), 'file')}, {counted(freed, 'byte')} {verb}"])
     output.result({"applied": args.apply, "deletions": [d.to_dict() for d in deletions], "left": notes}, text)
     return 0
 
@@ -73,7 +115,8 @@ def cmd_compact(args: argparse.Namespace, output: Output) -> int:
         lake, start_spark(args), args.tap, args.stream, target_bytes=target_bytes, progress=output.progress("compact"), failures=failures
     )
     text = "\n".join(
-        f"{r.stream}: {r.files_before:,} -> {r.files_after:,} files ({r.groups} merged, {r.bytes_merged:,} bytes)" for r in results
+        f"{r.stream}: {r.files_before:,} -> {counted(r.files_after, 'file')} ({r.groups:,} merged, {counted(r.bytes_merged, 'byte')})"
+        for r in results
     )
     return output.finish({"streams": [r.to_dict() for r in results]}, text or "no streams", failures)
 
@@ -104,10 +147,10 @@ def cmd_project(args: argparse.Namespace, output: Output) -> int:
 
 def projected_text(result: dict) -> str:
     """A stream's projection in a line, and its Iceberg table's name and metadata location when it has one."""
-    text = f"{result['stream']}: {result['new_records']:,} new records, {result['rows']:,} current rows -> {result['table']}"
-    text += f" (version {result['version']})"
+    text = f"{result['stream']}: {counted(result['new_records'], 'new record')}, {counted(result['rows'], 'current row')}"
+    text += f" -> {result['table']} (version {result['version']})"
     if result.get("csv"):
-        text += f", {len(result['csv'])} CSV file(s)"
+        text += f", {counted(len(result['csv']), 'CSV file')}"
     if "iceberg" in result:
         iceberg = result["iceberg"]
         text += f"\n  iceberg {iceberg['namespace']}.{iceberg['table']}: {iceberg['metadata_location']}"
@@ -121,7 +164,9 @@ def cmd_upgrade(args: argparse.Namespace, output: Output) -> int:
     failures: list = []
     upgrades = upgrade(lake, apply=args.apply, failures=failures, spark=lambda: start_spark(args))
     verb = "upgraded" if args.apply else "to upgrade (dry run; --apply to convert)"
-    summary = f"{len(upgrades)} stream(s) {verb}" if upgrades else "nothing to upgrade: every manifest is 2.0, with column statistics"
+    summary = (
+        f"{counted(len(upgrades), 'stream')} {verb}" if upgrades else "nothing to upgrade: every manifest is 2.0, with column statistics"
+    )
     text = "\n".join([*map(str, upgrades), summary])
     return output.finish({"applied": args.apply, "streams": [u.to_dict() for u in upgrades]}, text, failures)
 
@@ -147,7 +192,7 @@ def cmd_sql(args: argparse.Namespace, output: Output) -> int:
     shell = Shell(session, mode=output.mode, out=output.out, err=output.err)
     if not interactive:
         return run_piped(shell, sys.stdin)
-    views = f"{len(session.streams)} stream(s) of {tap_id} as views ({'every record' if args.raw else 'current rows'})"
+    views = f"{counted(len(session.streams), 'stream')} of {tap_id} as views ({'every record' if args.raw else 'current rows'})"
     return run_interactive(shell, f"Spark started in {time.perf_counter() - started:.1f} s; {views}. End statements with ; .help for help")
 
 
@@ -166,9 +211,7 @@ def cmd_locks(args: argparse.Namespace, output: Output) -> int:
             raise ConfigError(f"{args.break_lock} changed while breaking it (its writer is alive): not broken") from None
         output.result({"broken": args.break_lock}, f"broke {args.break_lock}")
         return 0
-    text = "\n".join(
-        f"{lock['path']}: {lock['writer_id']}, refreshed {lock['refreshed']}{' (stale)' if lock['stale'] else ''}" for lock in locks
-    )
+    text = "\n".join(map(lock_text, locks))
     output.result(locks, text or "no locks")
     return 0
 
@@ -196,8 +239,8 @@ def cmd_docs(args: argparse.Namespace, output: Output) -> int:
     if args.publish:
         write_site(site, lake.storage, SITE_PREFIX)
         places.append(lake.storage.url_of(SITE_PREFIX))
-    whats = f", {site.whats} whats of files" if site.whats else ""
-    text = f"{len(site.pages)} pages ({site.streams} streams{whats}) written to {' and '.join(places)}"
+    whats = f", {counted(site.whats, 'what')} of files" if site.whats else ""
+    text = f"{counted(len(site.pages), 'page')} ({counted(site.streams, 'stream')}{whats}) written to {' and '.join(places)}"
     return output.finish(
         {"pages": len(site.pages), "streams": site.streams, "whats": site.whats, "written_to": places}, text, site.problems
     )

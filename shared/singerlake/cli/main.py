@@ -36,7 +36,8 @@ from singerlake.cli.jobs import (
     cmd_verify,
 )
 from singerlake.cli.output import output_for
-from singerlake.errors import run_command
+from singerlake.errors import BadArgument, ConfigError, run_command
+from singerlake.times import BEFORE_NOW
 
 TYPE_HELP = (
     "type one column as TYPE instead of exactly (repeatable): double, long, decimal(p,s), string, boolean, timestamp, date; "
@@ -158,7 +159,7 @@ def add_files_commands(command) -> None:
     files.add_argument("--what", required=True, help="a what, or several separated by commas")
     files.add_argument("--where", default="", help="only wheres starting with this")
     files.add_argument("--start", help=f"files whose span overlaps --start..--end: {TIME_HELP}")
-    files.add_argument("--end", help="end of the range (default now)")
+    files.add_argument("--end", help="end of the range (default now; a date alone: the end of that day)")
     files.add_argument("--work-id", help="the files pushed with this work id")
     files.add_argument("--latest", action="store_true", help="the file whose data is newest, per what")
     files.add_argument("--fetch", metavar="DIR", help="also fetch every file found into DIR (see --name)")
@@ -171,8 +172,8 @@ def add_files_commands(command) -> None:
     fetch.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
 
 
-TIME_HELP = "ISO 8601, now, or seconds or ms since the epoch"
-NAME_HELP = "file names in a directory, from record fields, e.g. {where}/{what}-{start_iso} (default {id}-{name})"
+TIME_HELP = "ISO 8601 (a date alone: that whole UTC day), now, today, yesterday, -30m, -2h, -1d, or seconds or ms since the epoch"
+NAME_HELP = "file names in a directory, from record fields and {day} (the start's UTC day), e.g. {where}/{day}/{name} (default {id}-{name})"
 OVERWRITE_HELP = "replace a file already there with other bytes (default: leave it, and report that file failed)"
 
 
@@ -193,7 +194,7 @@ DEBUG_HELP = "show the traceback of an error (also $SINGERLAKE_DEBUG=1)"
 
 def main(argv: list[str] | None = None) -> int:
     main_parser = parser()
-    args, extra = main_parser.parse_known_args(argv)
+    args, extra = main_parser.parse_known_args(times_attached(sys.argv[1:] if argv is None else argv))
     if extra and getattr(args, "query", "") is None and len(extra) == 1 and not extra[0].startswith("-"):
         args.query = extra[0]  # `sql ROOT --opt X QUERY`: argparse before 3.12 leaves an optional positional after options unfilled
     elif extra:
@@ -202,7 +203,30 @@ def main(argv: list[str] | None = None) -> int:
         main_parser.error(f"{args.command}: --stream needs --tap (stream names are per tap)")
     if args.debug:
         os.environ["SINGERLAKE_DEBUG"] = "1"
-    return run_command(f"singerlake {args.command}", lambda: args.run(args, output_for(args)))
+    return run_command(f"singerlake {args.command}", lambda: run(args))
+
+
+def times_attached(argv: list[str]) -> list[str]:
+    """``--start -1d`` as ``--start=-1d``: argparse takes a value starting with "-" for an option."""
+    attached: list[str] = []
+    for arg in argv:
+        if attached and attached[-1] in ("--start", "--end") and BEFORE_NOW.fullmatch(arg.lower()):
+            attached[-1] += "=" + arg
+        else:
+            attached.append(arg)
+    return attached
+
+
+FLAGS = {"template": "--name", "use_spark": "--spark"}  # the API's parameters whose flag is not --<name>
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command; an argument the API refuses is named by its flag (``--work-id``, not ``work_id``)."""
+    try:
+        return args.run(args, output_for(args))
+    except BadArgument as exc:
+        flag = FLAGS.get(exc.name, "--" + exc.name.replace("_", "-"))
+        raise ConfigError(f"{flag}: {exc.problem}") from exc
 
 
 if __name__ == "__main__":

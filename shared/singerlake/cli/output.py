@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, BinaryIO, TextIO
 
 from singerlake.format.exact import json_text, json_value
+from singerlake.text import counted
 
 
 class Output(ABC):
@@ -72,7 +73,7 @@ class Output(ABC):
         for failure in failures:
             print(f"singerlake {self.command}: failed: {failure}", file=self.err)
         if failures:
-            print(f"singerlake {self.command}: {len(failures)} stream(s) failed; the others finished", file=self.err)
+            print(f"singerlake {self.command}: {counted(len(failures), 'stream')} failed; the others finished", file=self.err)
         return 1 if failures or problems else 0
 
     def fetched(self, outcomes: list) -> int:
@@ -83,7 +84,10 @@ class Output(ABC):
             where = f"{outcome.record['id']} -> {printable(outcome.place)}"
             print(f"singerlake {self.command}: failed: {where}: {printable(outcome.error)}", file=self.err)
         if failed:
-            print(f"singerlake {self.command}: {len(failed)} of {len(outcomes)} file(s) not fetched; the others were", file=self.err)
+            print(
+                f"singerlake {self.command}: {len(failed):,} of {counted(len(outcomes), 'file')} not fetched; the others were",
+                file=self.err,
+            )
         return 1 if failed else 0
 
 
@@ -190,7 +194,7 @@ def as_table(columns: list[str], rows: list[tuple]) -> str:
     texts = [[printable(cell(value)) for value in row] for row in rows]
     widths = [max([len(name), *(len(row[i]) for row in texts)]) for i, name in enumerate(columns)]
     line = lambda values: " | ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()  # noqa: E731
-    footer = f"({len(rows)} row{'s' if len(rows) != 1 else ''})"
+    footer = f"({counted(len(rows), 'row')})"
     return "\n".join([line(columns), "-+-".join("-" * w for w in widths), *map(line, texts), footer])
 
 
@@ -215,7 +219,7 @@ def push_progress():
 
     def show(done: int, total: int) -> None:
         start, end = ("\r", "\n" if done == total else "") if tty else ("", "\n")
-        print(f"{start}singerlake push: {done:,}/{total:,} files", end=end, file=sys.stderr, flush=True)
+        print(f"{start}singerlake push: {done:,}/{counted(total, 'file')}", end=end, file=sys.stderr, flush=True)
 
     return show
 

@@ -13,6 +13,7 @@ from singerlake.format.layout import StreamPaths
 from singerlake.format.manifest import Manifest
 from singerlake.format.parts import PartStore
 from singerlake.storage import Blob, NotFound, PreconditionFailed, Storage
+from singerlake.text import counted
 from singerlake.times import file_id_ms, iso_ms, now_ms
 
 
@@ -134,7 +135,7 @@ def check_horizon(manifest: Manifest, ids, kind: str) -> None:
     below = manifest.below_horizon(ids)
     if below:
         raise CommitRejected(
-            f"{manifest.stream!r}: {len(below)} {kind}(s) written before a vacuum deleted orphans up to {manifest.vacuumed} "
+            f"{manifest.stream!r}: {counted(len(below), kind)} written before a vacuum deleted orphans up to {manifest.vacuumed} "
             f"(e.g. {below[0]}); nothing was committed, run again"
         )
 
@@ -254,7 +255,7 @@ def commit_many(
                 for schema_hash in sorted({r["schema_hash"] for records in fresh for r in records}):
                     claim_writer(manifest, schema_hash, writer_id, proven_over)
             except Overtaken as exc:
-                raise Overtaken(f"{exc}; {sum(map(len, fresh))} file(s) left uncommitted", exc.owner) from None
+                raise Overtaken(f"{exc}; {counted(sum(map(len, fresh)), 'file')} left uncommitted", exc.owner) from None
         fresh = [records for records in fresh if records]
         for index, new in enumerate(fresh):
             check_horizon(manifest, [r["id"] for r in new], "data file")

@@ -15,6 +15,7 @@ from singerlake.files import index, layout
 from singerlake.format.metadata import new_digest
 from singerlake.pause import pause_point
 from singerlake.storage import NotFound, ObjectInfo, Storage
+from singerlake.text import counted
 from singerlake.times import iso_ms, now_ms
 
 
@@ -86,7 +87,9 @@ def _verify_what(storage: Storage, state: WhatState, check_hashes: bool) -> list
         if info is None:
             problems.append(Problem("missing", record["key"], f"file {record['id']} is indexed but its bytes are gone"))
         elif info.size != record["size"]:
-            problems.append(Problem("size_mismatch", record["key"], f"{info.size:,} bytes on storage, the record says {record['size']:,}"))
+            problems.append(
+                Problem("size_mismatch", record["key"], f"{counted(info.size, 'byte')} on storage, the record says {record['size']:,}")
+            )
     with ThreadPoolExecutor(storage.parallel_requests) as pool:
         stored = dict(zip(state.records, pool.map(lambda fid: _stored_record(storage, fid), state.records), strict=True))
     for fid, found in stored.items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from singerlake.errors import SingerlakeError
+from singerlake.text import counted
 
 
 class FilesError(SingerlakeError):
@@ -31,7 +32,6 @@ class FetchFailed(FilesError):
     def __init__(self, outcomes: list):  # of files.fetch.Fetched
         failed = [o for o in outcomes if o.failed]
         first = failed[0]
-        super().__init__(
-            f"{len(failed)} of {len(outcomes)} file(s) not fetched (the others were): {first.record['id']} -> {first.place}: {first.error}"
-        )
+        counts = f"{len(failed):,} of {counted(len(outcomes), 'file')} not fetched (the others were)"
+        super().__init__(f"{counts}: {first.record['id']} -> {first.place}: {first.error}")
         self.outcomes = outcomes

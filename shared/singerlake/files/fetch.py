@@ -16,6 +16,7 @@ import os
 import re
 import secrets
 import stat
+import string
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,11 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from singerlake.errors import ConfigError, SingerlakeError, one_line
+from singerlake.errors import BadArgument, ConfigError, SingerlakeError, one_line
 from singerlake.files import index
 from singerlake.format.errors import CorruptFile
 from singerlake.format.metadata import new_digest
 from singerlake.storage import Storage
+from singerlake.times import day_of
 
 DEFAULT_NAME = "{id}-{name}"
 CHUNK_BYTES = 1 << 20
@@ -63,16 +65,35 @@ def check_bytes(storage: Storage, record: dict, hexdigest: str, size: int) -> No
         raise CorruptFile(f"{storage.url_of(record['key'])}: its bytes do not match the record's hash/size (file {record['id']})")
 
 
+def name_fields(record: dict) -> dict:
+    """What a name template may use (SPEC.md §14): the record's fields, and ``day``, its start's UTC day."""
+    return {**record, "day": day_of(record["start"])}
+
+
 def name_for(record: dict, template: str) -> Path:
     """A relative path from the record's fields; one that would leave the output directory is refused."""
     try:
-        text = template.format_map(record)
+        text = template.format_map(name_fields(record))
     except (KeyError, ValueError, IndexError) as exc:
-        raise ConfigError(f"--name {template!r}: {exc} is not a field of the record (id, what, where, name, start_iso, ...)") from None
+        fields = "id, what, where, name, day, start_iso, ..."
+        raise BadArgument("template", f"{template!r}: {exc} is not a field of the record ({fields})") from None
     parts = text.split("/")
     if text.startswith("/") or any(part in ("", ".", "..") for part in parts) or "\0" in text:
-        raise ConfigError(f"--name {template!r} gives {text!r} for {record['id']}: not a path inside the output directory")
+        raise BadArgument("template", f"{template!r} gives {text!r} for {record['id']}: not a path inside the output directory")
     return Path(*parts)
+
+
+TELLING_APART = ("day", "start_iso", "where", "what", "name", "id")  # the fields a name may add, the most readable first
+
+
+def telling_apart(template: str, one: dict, other: dict) -> str:
+    """How to give two files that ``template`` names alike names of their own: a field it lacks that differs."""
+    used = {field for _, field, _, _ in string.Formatter().parse(template) if field}
+    one, other = name_fields(one), name_fields(other)
+    field = next(f for f in TELLING_APART if f == "id" or (f not in used and one[f] != other[f]))
+    head, _, last = template.rpartition("/")
+    example = f"{head}/" * bool(head) + (f"{{{field}}}/" if field == "day" else f"{{{field}}}-") + last
+    return f"add {{{field}}} to it, e.g. {example!r}" + (" (or {id}: one per file)" if field != "id" else "")
 
 
 @dataclass(frozen=True)
@@ -120,12 +141,12 @@ def _targets(records: list[dict], out: str | None, template: str) -> list[Path]:
         return [Path(out)]
     directory = Path(out or ".")
     targets = [directory / name_for(record, template) for record in records]
-    named: dict[Path, str] = {}
+    named: dict[Path, dict] = {}
     for record, target in zip(records, targets, strict=True):
-        if named.setdefault(target, record["id"]) != record["id"]:
-            raise ConfigError(
-                f"--name {template!r} gives {target} to both {named[target]} and {record['id']}: add {{id}} or {{name}} to it"
-            )
+        first = named.setdefault(target, record)
+        if first["id"] != record["id"]:
+            hint = telling_apart(template, first, record)
+            raise BadArgument("template", f"{template!r} gives {target} to both {first['id']} and {record['id']}: {hint}")
     return targets
 
 

@@ -174,6 +174,11 @@ def whats(storage: Storage) -> list[str]:
     return storage.list_dirs(f"{layout.FILES}/index/")
 
 
+def wheres(storage: Storage, what: str) -> list[str]:
+    """The wheres holding bytes of ``what`` (committed or not: for hints, not queries)."""
+    return storage.list_dirs(layout.data_dir(what))
+
+
 def segment_txns(storage: Storage, what: str, keys: Iterable[str] | None = None) -> list[str]:
     """The txns of every committed push of ``what``: one listing of its segments (pointers are not
     read), or taken from ``keys`` listed already."""

@@ -9,8 +9,12 @@ SEGMENT_SUFFIX = ".json.gz"
 LONG_SPAN_DAYS = 31  # a file over more days goes into its what's long/ bucket instead of each day's
 
 
+def data_dir(what: str) -> str:
+    return f"{FILES}/data/{what}/"
+
+
 def data_key(what: str, where: str, file_id: str) -> str:
-    return f"{FILES}/data/{what}/{where}/{file_id}"
+    return f"{data_dir(what)}{where}/{file_id}"
 
 
 def record_key(file_id: str) -> str:

@@ -4,22 +4,34 @@ from __future__ import annotations
 
 import hashlib
 import mimetypes
+from collections.abc import Iterable
+from pathlib import PurePosixPath
 from typing import Any
 
-from singerlake.errors import ConfigError
+from singerlake.errors import BadArgument, ConfigError
 from singerlake.files.layout import data_key
 from singerlake.format.metadata import METADATA_VERSION, label_problem
 from singerlake.times import iso_ms, now_ms
 
 
 def check_labels(what: str, where: str | None = None, work_id: str | None = None) -> None:
-    """Refuse a label that breaks datalake's rule, naming the setting (None: not given)."""
+    """Refuse a label that breaks datalake's rule, naming the argument (None: not given; a where may be a prefix)."""
     for field, value in (("what", what), ("where", where), ("work_id", work_id)):
         if value is None and field != "what":
             continue
         problem = label_problem(field, value)
         if problem:
-            raise ConfigError(f"--{field.replace('_', '-')}: {problem}")
+            raise BadArgument(field, problem)
+
+
+def whats_of(what: str | Iterable[str]) -> list[str]:
+    """The whats asked for: a name, several separated by commas (spaces around them ignored), or a list; each once."""
+    names = what.split(",") if isinstance(what, str) else list(what)
+    whats = list(dict.fromkeys(name.strip() if isinstance(name, str) else name for name in names))
+    whats = [name for name in whats if name != ""]
+    if not whats:
+        raise BadArgument("what", f"no what in {what!r}")
+    return whats
 
 
 def check_span(start: int, end: int | None, source: str) -> None:
@@ -32,9 +44,43 @@ def file_id(what: str, where: str, content_hash: str) -> str:
     return hashlib.blake2b(f"{what}\0{where}\0{content_hash}".encode(), digest_size=16).hexdigest()
 
 
+COMMON_TYPES = {  # before Python's mimetypes, which lacks some and may differ by machine (/etc/mime.types)
+    **dict.fromkeys((".log", ".txt", ".text", ".out", ".err", ".conf", ".cfg", ".ini", ".env"), "text/plain"),
+    ".csv": "text/csv",
+    ".tsv": "text/tab-separated-values",
+    ".md": "text/markdown",
+    ".html": "text/html",
+    ".json": "application/json",
+    ".jsonl": "application/jsonl",
+    ".ndjson": "application/x-ndjson",
+    ".xml": "application/xml",
+    **dict.fromkeys((".yaml", ".yml"), "application/yaml"),
+    ".toml": "application/toml",
+    ".sql": "application/sql",
+    ".parquet": "application/vnd.apache.parquet",
+    ".avro": "application/avro",
+    ".pdf": "application/pdf",
+    # a compressed file is its compression's type, whatever it holds: these are its bytes
+    **dict.fromkeys((".gz", ".tgz"), "application/gzip"),
+    ".bz2": "application/x-bzip2",
+    ".xz": "application/x-xz",
+    ".zst": "application/zstd",
+    ".lz4": "application/x-lz4",
+    ".zip": "application/zip",
+    ".tar": "application/x-tar",
+}
+
+
 def content_type(name: str) -> str:
-    guessed, _ = mimetypes.guess_type(name, strict=False)
-    return guessed or "application/octet-stream"
+    """The media type of a file by its name (SPEC.md §14); a rotated file (``app.log.1``) as its kind."""
+    suffixes = [suffix.lower() for suffix in PurePosixPath(name).suffixes]
+    while suffixes and suffixes[-1][1:].isdigit():
+        suffixes.pop()
+    suffix = suffixes[-1] if suffixes else ""
+    if suffix in COMMON_TYPES:
+        return COMMON_TYPES[suffix]
+    guessed, encoding = mimetypes.guess_type("file" + suffix, strict=False)
+    return guessed if guessed and not encoding else "application/octet-stream"
 
 
 def make_record(

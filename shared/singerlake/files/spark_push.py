@@ -28,6 +28,7 @@ from singerlake.files.store import COMMIT_FILES, PushResult, Source, push_chunk,
 from singerlake.spark.executors import default_parallelism
 from singerlake.spark.runner import Progress, run_items
 from singerlake.storage import Storage
+from singerlake.text import counted
 from singerlake.times import new_file_id
 
 TASKS_PER_CORE = 4  # tasks finish at different times: a few per core keep every core busy to the end
@@ -110,6 +111,6 @@ def push_on_spark(
             except Aborted:  # a vacuum judged the lease stale: this chunk again, on the driver (SPEC.md §15)
                 push_chunk(storage, chunk, what, where, work_id, result, seen)
     if failed:
-        committed = f"{len(result.pushed):,} file(s) committed" if result.pushed else "nothing committed"
-        raise PushFailed(f"{len(failed):,} file(s) could not be pushed ({committed}; push again to commit the rest): {failed[0]}")
+        committed = f"{counted(len(result.pushed), 'file')} committed" if result.pushed else "nothing committed"
+        raise PushFailed(f"{counted(len(failed), 'file')} could not be pushed ({committed}; push again to commit the rest): {failed[0]}")
     return result

@@ -25,6 +25,7 @@ from singerlake.files.lease import push_leases
 from singerlake.files.record import content_type, file_id, make_record
 from singerlake.format.metadata import new_digest
 from singerlake.storage import PreconditionFailed, Storage
+from singerlake.text import counted
 from singerlake.times import new_file_id
 
 SMALL_BYTES = 4 << 20  # read whole: one request per file, bounded memory per thread
@@ -107,7 +108,7 @@ def push_chunk(
                 except Aborted:
                     continue
     raise PushAborted(
-        f"{len(chunk):,} file(s) into {what!r} were aborted {ATTEMPTS} times by vacuums running meanwhile; nothing of them was committed"
+        f"{counted(len(chunk), 'file')} into {what!r} aborted {ATTEMPTS} times by vacuums running meanwhile; nothing of them was committed"
     )
 
 
@@ -221,4 +222,6 @@ def unreadable(path: Path, exc: OSError) -> ConfigError:
 
 
 def size_lies(path: Path, size: int) -> ConfigError:
-    return ConfigError(f"{path}: its size ({size:,} bytes) is not what it holds (a /proc or /sys file, or one being written): push a copy")
+    return ConfigError(
+        f"{path}: its size ({counted(size, 'byte')}) is not what it holds (a /proc or /sys file, or one being written): push a copy"
+    )

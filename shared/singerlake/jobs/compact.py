@@ -34,6 +34,7 @@ from singerlake.spark.runner import (
     selected_streams,
 )
 from singerlake.storage import Storage
+from singerlake.text import counted
 from singerlake.times import iso_ms, new_file_id, now_ms
 
 DEFAULT_TARGET_BYTES = 128 << 20
@@ -150,7 +151,7 @@ def swap_in(lake: Lake, tap_id: str, stream: str, merged: list[tuple[dict, dict]
     manifest = lake.update_manifest(lake.paths(tap_id, stream), swap, store=planned.store if planned else None)
     if vacuumed:
         raise CommitRejected(
-            f"{len(vacuumed)} merged file(s) were deleted by a vacuum before they were swapped in; their sources stay, compact again"
+            f"{counted(len(vacuumed), 'merged file')} deleted by a vacuum before being swapped in; their sources stay, compact again"
         )
     return manifest
 

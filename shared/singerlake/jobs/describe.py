@@ -8,7 +8,7 @@ from singerlake.commits.lock import looks_stale, read_lock
 from singerlake.format.layout import LOCK
 from singerlake.format.manifest import Manifest
 from singerlake.lake import Lake
-from singerlake.tables.columns import note, published_table, type_label
+from singerlake.tables.columns import published_table
 from singerlake.times import iso_ms, now_ms
 
 
@@ -132,41 +132,3 @@ def describe_files(lake: Lake) -> dict:
             "last_day": days[-1] if days else None,
         }
     return whats
-
-
-def table_text(table: dict | None) -> list[str]:
-    """A projected stream's table in a line, then each column a reader should know of (JSON text, chosen types)."""
-    if table is None:
-        return []
-    lines = [f"      table {table['location']}: version {table['version']}, {table['rows']:,} rows"]
-    if "iceberg" in table:
-        iceberg = table["iceberg"]
-        lines.append(f"      iceberg {iceberg['namespace']}.{iceberg['table']}: {iceberg['metadata_location']}")
-    return lines + [f"        {column['name']}: {type_label(column)}" for column in table["columns"] if note(column)]
-
-
-def describe_text(report: dict) -> str:
-    lines = [f"lake {report['root']}"]
-    for tap_id, streams in report["taps"].items():
-        lines.append(f"  tap {tap_id}")
-        for stream, info in streams.items():
-            lines.append(
-                f"    {stream}: {info['records']:,} records in {info['files']:,} files, {info['bytes']:,} bytes, "
-                f"{info['commits']} commits, {info['start']} .. {info['end']}"
-            )
-            for version in info["versions"]:
-                lines.append(
-                    f"      {version['version']} {version['schema_hash']}: {version['records']:,} records in {version['files']:,} files"
-                )
-                lines += [f"        {change}" for change in version["changes"]]
-            lines += table_text(info.get("table"))
-            for lock in info["locks"]:
-                lines.append(
-                    f"      lock {lock['path']}: {lock['writer_id']}, refreshed {lock['refreshed']}{' (stale)' if lock['stale'] else ''}"
-                )
-    for what, info in report.get("files", {}).items():
-        lines.append(
-            f"  files {what}: {info['files']:,} files, {info['bytes']:,} bytes in {info['pushes']:,} pushes from "
-            f"{', '.join(info['wheres'])}; days {info['first_day']} .. {info['last_day']}"
-        )
-    return "\n".join(lines)

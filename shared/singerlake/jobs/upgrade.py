@@ -25,6 +25,7 @@ from singerlake.lake import Lake
 from singerlake.spark.runner import Failures, StreamFailure, by_stream, for_each_stream, run_stream_items
 from singerlake.storage import NotFound
 from singerlake.tables.statistics import add_statistics, missing_items, statistics_on_executor
+from singerlake.text import counted
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class Upgrade:
     def __str__(self) -> str:
         changes = []
         if self.files:
-            changes.append(f"1.x manifest of {self.files:,} files -> 2.0 root with {self.parts} part(s)")
+            changes.append(f"1.x manifest of {counted(self.files, 'file')} -> 2.0 root with {counted(self.parts, 'part')}")
         if self.statistics:
             changes.append(f"column statistics for {self.statistics:,} file entries")
         return f"tap {self.tap_id!r}, stream {self.stream!r}: " + "; ".join(changes)

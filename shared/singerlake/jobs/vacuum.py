@@ -34,6 +34,7 @@ from singerlake.jobs.verify import is_part_key, read_manifest, stream_listing
 from singerlake.lake import Lake
 from singerlake.storage import ObjectInfo, Storage
 from singerlake.tables import delta, iceberg
+from singerlake.text import counted
 from singerlake.times import iso_ms, now_ms, parse_time_ms
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600
@@ -47,7 +48,7 @@ class Deletion:
     size: int
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.reason} ({self.size:,} bytes)"
+        return f"{self.path}: {self.reason} ({counted(self.size, 'byte')})"
 
     def to_dict(self) -> dict:
         return {"path": self.path, "reason": self.reason, "size": self.size}

@@ -21,6 +21,7 @@ from singerlake.format.parts import PartStore
 from singerlake.lake import Lake
 from singerlake.spark.runner import Failures, Progress, StreamFailure, for_each_stream, run_stream_items
 from singerlake.storage import NotFound, ObjectInfo, Storage
+from singerlake.text import counted
 from singerlake.times import iso_ms, now_ms
 
 
@@ -87,7 +88,7 @@ def verify_stream(lake: Lake, tap_id: str, stream: str, listing: dict[str, Objec
         if info is None:
             findings.append(Finding("missing", path, f"in the manifest (commit {entry['commit']}) but not on storage"))
         elif info.size != entry["size"]:
-            findings.append(Finding("size_mismatch", path, f"{info.size} bytes on storage, the manifest says {entry['size']}"))
+            findings.append(Finding("size_mismatch", path, f"{counted(info.size, 'byte')} on storage, the manifest says {entry['size']:,}"))
         else:
             to_hash.append(entry)
     if manifest:

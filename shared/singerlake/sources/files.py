@@ -9,7 +9,7 @@
             .load("s3://bucket/lake"))
 
 Options: ``what`` (required; several separated by commas), ``where`` (a prefix), ``start`` and
-``end`` (ISO 8601, ``now``, epoch s or ms; ``end`` defaults to now) or ``work_id``: the query
+``end`` (as typed, SPEC.md §14: ISO 8601, ``now``, ``-1d``, epoch s or ms; ``end`` defaults to now) or ``work_id``: the query
 ``Lake.find_files`` runs, through the index (``files/index.py``: the day or work pointers, then
 the segments they name), on the driver; ``content`` (``true``: a binary ``content`` column, each
 file read and checked against its blake2 hash on an executor, like Spark's ``binaryFile``);
