@@ -15,7 +15,7 @@ import singerlake
 PACKAGE = Path(singerlake.__file__).parent
 FLOORS = [
     {"errors"},
-    {"pause", "times"},
+    {"pause", "times", "text"},
     {"storage"},
     {"format"},
     {"settings", "spark"},

@@ -12,7 +12,7 @@ from singerlake.format.manifest import Manifest
 from singerlake.storage import NotFound, Storage
 from singerlake.tables import delta, iceberg
 from singerlake.tables.deletes import deletes_properties, table_properties
-from singerlake.tables.plan import published_schema
+from singerlake.tables.schemas import published_schema
 
 
 def type_name(kind) -> str:

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 
 from singerlake.format.catalogue import replay_schema
-from singerlake.format.exact import table_schema
 from singerlake.format.manifest import Manifest
 from singerlake.format.names import encode_segment
 from singerlake.format.needs import StatsReader
@@ -14,8 +13,8 @@ from singerlake.format.positions import Position, check_bookmark
 from singerlake.lake import Lake
 from singerlake.replay.plan import plan_files
 from singerlake.tables import delta
-from singerlake.tables.deletes import deletes_properties, table_properties
-from singerlake.tables.overrides import chosen_schema
+from singerlake.tables.deletes import deletes_properties
+from singerlake.tables.schemas import published_schema, schema_text  # noqa: F401 (the project modules take them from here)
 
 
 # -- planning on the driver ----------------------------------------------------------------------
@@ -132,16 +131,6 @@ def work_item(plan: StreamPlan, formats: list[str]) -> dict:
         "needs": plan.needs,
         "overrides": plan.overrides,
     }
-
-
-def published_schema(properties: dict, types: dict, overrides: dict | None = None):
-    """The published table's Arrow schema: exact types (``exact``), the chosen ones where the user chose."""
-    return chosen_schema(table_schema(table_properties(properties, types), types), overrides)
-
-
-def schema_text(properties: dict, types: dict, overrides: dict | None = None) -> str:
-    """The published schema as text: equal text, equal column types (field metadata included)."""
-    return published_schema(properties, types, overrides).to_string(show_field_metadata=True, show_schema_metadata=False)
 
 
 def run_result(kept: list[dict], added: list[dict], replaced: list[dict], overwrite: bool, types: dict, schema: str, **extra) -> dict:
