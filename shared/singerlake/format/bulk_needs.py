@@ -21,8 +21,8 @@ import re
 from collections.abc import Iterable
 from decimal import Decimal
 from functools import lru_cache
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import attrgetter, is_not
 from typing import Annotated, Any
 
 import msgspec
@@ -98,7 +98,7 @@ class BlockNeeds:
         needs = {name: column_need(spec, map(get, records)) for name, spec, get in self._columns}
         found = set()
         for index, name in enumerate(self.undeclared):
-            if any(value is not ABSENT for value in map(attrgetter(f"u{index}"), records)):
+            if any(map(is_not, map(attrgetter(f"u{index}"), records), repeat(ABSENT))):
                 found.add(name)
         return needs, found
 
@@ -123,6 +123,8 @@ def column_need(spec: Any, values: Iterable) -> Need:
     kind = declared(spec)
     if kind in PLAIN_KINDS:
         return PLAIN_KINDS[kind] if any(value is not None for value in values) else None
+    if _by_presence(spec):
+        return _Presence(spec).need(values)
     values = list(values)
     if kind in TIME_PARSERS:
         present = [value for value in values if value is not None] if None in values else values
@@ -140,6 +142,73 @@ def column_need(spec: Any, values: Iterable) -> Need:
     if kind == "number":
         return numbers_need(b"\n".join(values))
     return "json" if any(value is not ABSENT and bytes(value) != b"null" for value in values) else None
+
+
+def _by_presence(spec: Any) -> bool:
+    """Whether a column's need follows from which of its parts hold a value: no number, date or time
+    anywhere in it (the decoder checked each value's kind; JSON text needs ``"json"`` whatever it holds)."""
+    kind = declared(spec)
+    if kind == "struct":
+        return all(_by_presence(child) for child in spec["properties"].values())
+    if kind == "list":
+        return _by_presence(spec["items"])
+    return kind not in ("number", *TIME_PARSERS)
+
+
+def _holds(value: Any) -> bool:
+    """Whether a decoded value is one (not null, not absent)."""
+    return value is not None and value is not ABSENT and not (isinstance(value, msgspec.Raw) and bytes(value) == b"null")
+
+
+class _Presence:
+    """Which parts of a column (``_by_presence``) hold a value, seen value by value until every part
+    has shown one (mostly at the first record), then its need."""
+
+    def __init__(self, spec: Any):
+        self.kind = declared(spec)
+        self.held = False
+        self.done = False
+        if self.kind == "struct":
+            self.children = [
+                (name, attrgetter(f"p{index}"), _Presence(child)) for index, (name, child) in enumerate(spec["properties"].items())
+            ]
+        elif self.kind == "list":
+            self.items = _Presence(spec["items"])
+
+    def see(self, value: Any) -> None:
+        """Note a value (not null) of this part."""
+        self.held = True
+        if self.kind == "struct":
+            for _, get, child in self.children:
+                if not child.done and _holds(part := get(value)):
+                    child.see(part)
+            self.done = all(child.done for _, _, child in self.children)
+        elif self.kind == "list":
+            for item in value:
+                if self.items.done:
+                    break
+                if _holds(item):
+                    self.items.see(item)
+            self.done = self.items.done
+        else:
+            self.done = True
+
+    def need(self, values: Iterable) -> Need:
+        for value in values:
+            if _holds(value):
+                self.see(value)
+                if self.done:
+                    break
+        return self.found()
+
+    def found(self) -> Need:
+        if not self.held:
+            return None
+        if self.kind == "struct":
+            return _nested({"struct": {name: child.found() for name, _, child in self.children}})
+        if self.kind == "list":
+            return _nested({"list": self.items.found()})
+        return PLAIN_KINDS.get(self.kind, "json")
 
 
 def all_times(texts: list[str], kind: str) -> bool:
