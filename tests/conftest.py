@@ -10,11 +10,18 @@ from singerlake.storage import LocalStorage, S3Storage
 from support.cli_session import CliSession
 from support.lake_cli import LakeCli, cli_env
 from support.lakes import LakeUnderTest, local_lake_at, s3_lake_at
+from support.s3_counter import CountedRoot, counted_root
 from support.s3_servers import BACKENDS, S3_SERVERS, S3Server, new_bucket, s3_root_on, start_moto, start_seaweedfs
 
 
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "heavy: starts clusters or many processes; runs in CI, skip while iterating with -m 'not heavy'")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _proven_roots(tmp_path_factory):
+    """The S3 roots runs proved writable (SPEC.md §10) are remembered in the session's own cache, not the user's."""
+    os.environ["SINGERLAKE_CACHE_DIR"] = str(tmp_path_factory.mktemp("singerlake-cache"))
 
 
 def _serve(start, tmp_path_factory, name: str):
@@ -46,6 +53,13 @@ def s3_server(request) -> S3Server:
 def s3_root(request, s3_server):
     """A fresh bucket on each S3 server; returns (url, options) for open_storage."""
     return new_bucket(request, s3_server)
+
+
+@pytest.fixture(params=S3_SERVERS)
+def counted_s3_root(request) -> CountedRoot:
+    """A fresh bucket on each S3 server behind a counting proxy (support/s3_counter.py): ``url, options = root``
+    as ``s3_root`` (``options["endpoint_url"]`` the proxy's), and ``root.counter``, which counts every request."""
+    return counted_root(request, request.getfixturevalue(f"{request.param}_server"))
 
 
 @pytest.fixture(params=BACKENDS)

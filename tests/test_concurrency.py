@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from singerlake.commits.commit import commit_files, register_writer
+from singerlake.commits.commit import claim_writer, commit_files, register_writer, update_manifest
 from singerlake.commits.errors import CommitRejected
 from singerlake.commits.lock import Lock
 from singerlake.format.datafile import write_data_file
@@ -50,9 +50,11 @@ def _commit_child(spec: dict, name: str, commits: int, out: str, absent: bool = 
     print("ready", flush=True)
     sys.stdin.readline()
     lock.acquire()
-    # absent: every writer believes the stream is new (its run listed the tap before anyone wrote),
-    # so each first tries to create the manifest unread; all but one lose that create and read it.
-    register_writer(storage, paths, hash_, lock.writer_id, absent=absent)
+    if absent:
+        # Every writer believes the stream is new (its run listed the tap before anyone wrote), so each
+        # creates the manifest unread, registered in it; all but one lose that create and read it.
+        update_manifest(storage, paths, lambda manifest: claim_writer(manifest, hash_, lock.writer_id), absent=True)
+    # Otherwise each registers in its first commit (SPEC.md §9).
     done = []
     for n in range(commits):
         record = _write(storage, paths, hash_, line, n)

@@ -21,6 +21,7 @@ from singerlake.format.layout import StreamPaths, catalogue_key
 from singerlake.format.scan import scan_stream
 from singerlake.format.schema_hash import schema_hash
 from singerlake.landing.errors import LandingError
+from singerlake.times import iso_ms, now_ms
 from support.lakes import TAP, LakeUnderTest, joined, record_msg, schema_msg, state_msg
 from support.probes import CLUSTER, nearest_jvm, probed_env, writers
 from support.storage import Counting
@@ -110,7 +111,7 @@ def test_a_warm_batch_costs_one_storage_request_per_stream(lake):
     streams = PARALLEL_STREAMS
     lines, sent = many_streams(streams=streams, records_per_batch=2, batches=3)
     # By row count: cut mid-batch by the age watch, a new tap's first catalogue read the manifests of
-    # the streams registered but not committed yet.
+    # the streams opened but not committed yet.
     target = cut_at_each_state(lake, rows=streams * 2)
     counting, marks = count_requests(target)
     states = listen(target, lines)
@@ -118,7 +119,7 @@ def test_a_warm_batch_costs_one_storage_request_per_stream(lake):
     assert len(states) == 3 and len(marks) == 3
     manifests = {StreamPaths(TAP, stream_name(n)).manifest for n in range(streams)}
     first_reads = [key for method, key in counting.requests[: marks[0]] if method == "read" and key in manifests]
-    assert first_reads == [], "batch 1 reads no manifest: the streams are new, so registering creates each unread"
+    assert len(first_reads) == 1, "batch 1 reads one manifest: the run's first, which finds none; its listing shows the others new"
     second = counting.requests[marks[0] : marks[1]]
     by_kind = Counter(method for method, _ in second)
     assert by_kind == {"write": streams}, by_kind
@@ -137,10 +138,11 @@ def kind_of(key: str) -> str:
 
 def test_a_first_batch_on_new_streams_costs_four_storage_requests_per_stream(lake):
     """First batch of a new tap on 100 new streams (SPEC.md §10): per stream a create-only lock, a
-    create-only manifest (registration: no read, no scan), the commit (If-Match) and the lock's
-    release (in the last batch, as soon as the stream is committed); per run one listing of the tap's
-    streams, and the catalogue and singerlake.json (read, rebuilt from a listing since neither
-    exists yet, written). Data files are written by executors."""
+    create-only manifest (its writer registered: no read, no scan), the commit (If-Match) and the
+    lock's release (in the last batch, as soon as the stream is committed); per run the first open's
+    read of its manifest (none) and the listing of the tap's streams that tells the others they are
+    new, and the catalogue and singerlake.json (read, rebuilt from a listing since neither exists yet,
+    written). Data files are written by executors."""
     streams = PARALLEL_STREAMS
     lines, sent = many_streams(streams=streams, records_per_batch=2, batches=1)
     target = cut_at_each_state(lake, max_batch_age_seconds=300)  # one batch, cut by the end of input: the last
@@ -149,17 +151,18 @@ def test_a_first_batch_on_new_streams_costs_four_storage_requests_per_stream(lak
 
     by_request = Counter((method, kind_of(key)) for method, key in counting.requests)
     assert by_request == {
+        ("read", "manifest.json"): 1,  # the run's first open: none, so it lists the tap's streams
         ("list_dirs", f"raw/{TAP}/"): 2,  # the run's listing of the tap's streams; the catalogue's rebuild
         ("list_dirs", "raw/"): 1,  # singerlake.json's rebuild
         ("write", "singerlake.lock"): streams,
-        ("write", "manifest.json"): 2 * streams,  # registration (create-only), commit
+        ("write", "manifest.json"): 2 * streams,  # creation (create-only, the writer registered), commit
         ("delete", "singerlake.lock"): streams,
         ("read", "catalogue.json"): 1,
         ("write", "catalogue.json"): 1,
         ("read", "singerlake.json"): 1,
         ("write", "singerlake.json"): 1,
     }, by_request
-    assert len(counting.requests) == 4 * streams + 7
+    assert len(counting.requests) == 4 * streams + 8
     assert counting.requests[marks[0] :] == [], "the last batch released each lock once its stream was committed, before the STATE"
     for stream, records in sent.items():
         assert lake.stored(stream) == [record.rstrip(b"\n") for record in records]
@@ -187,8 +190,9 @@ def test_a_stream_with_data_but_no_manifest_is_seeded_from_a_scan_not_taken_for_
 
 
 def test_parallel_commits_still_reject_a_fenced_out_writer(lake):
-    """Another writer registers for one stream between two batches: that stream's commit is refused, its
-    files stay invisible, and the STATE of the batch is not emitted; the other streams commit side by side."""
+    """Another writer takes one stream's lock over and registers between two batches: that stream's commit
+    is refused, its files stay invisible, and the STATE of the batch is not emitted; the other streams
+    commit side by side."""
     lines, sent = many_streams(streams=24, records_per_batch=2, batches=2)
     target = cut_at_each_state(lake, rows=24 * 2)
     victim = stream_name(7)
@@ -196,8 +200,11 @@ def test_parallel_commits_still_reject_a_fenced_out_writer(lake):
 
     def intrude_after_first(state: bytes) -> None:
         emit(state)
-        if json.loads(state)["batch"] == 1:
-            register_writer(lake.storage, StreamPaths(TAP, victim), schema_hash(SCHEMA, ["id"]), "writer-intruder")
+        if json.loads(state)["batch"] == 1:  # the intruder takes the victim's lock over and registers, as a taker does
+            paths, digest = StreamPaths(TAP, victim), schema_hash(SCHEMA, ["id"])
+            body = {"writer-id": "writer-intruder", "acquired": iso_ms(now_ms()), "refreshed": iso_ms(now_ms()), "lease_seconds": 600}
+            lake.storage.write(paths.lock(digest), json.dumps(body).encode())
+            register_writer(lake.storage, paths, digest, "writer-intruder")
 
     target.lander.drain.emit_state = intrude_after_first
     out = io.StringIO()
@@ -209,7 +216,83 @@ def test_parallel_commits_still_reject_a_fenced_out_writer(lake):
     for stream, records in sent.items():
         if stream != victim:
             assert lake.stored(stream) == [record.rstrip(b"\n") for record in records]
-    assert lake.locks() == []
+    assert lake.locks() == [StreamPaths(TAP, victim).lock(schema_hash(SCHEMA, ["id"]))], "the intruder's lock is left to it"
+
+
+WIDE = {"type": "object", "properties": {**SCHEMA["properties"], "extra": {"type": "string"}}}
+
+
+def _catalogued_version(lake: LakeUnderTest, stream: str) -> str:
+    (entry,) = [e for e in lake.json(catalogue_key(TAP))["streams"] if e["tap_stream_id"] == stream]
+    return entry["metadata"][0]["metadata"]["singerlake-version"]
+
+
+def test_a_run_that_changes_no_catalogue_entry_reads_no_catalogue_and_one_that_does_writes_it(local_lake):
+    """The catalogue holds the entry of the manifest a writer reads (SPEC.md §9): a run whose commits
+    leave the stream's entry as it was neither reads nor writes it; a new schema version writes it."""
+    stream = stream_name(0)
+    first = [schema_msg(stream, SCHEMA, ["id"]), record_msg(stream, {"id": 1}), state_msg({"n": 1})]
+    assert len(listen(cut_at_each_state(local_lake), first)) == 1
+    target = cut_at_each_state(local_lake)
+    counting = Counting(target.lake.storage)
+    target.lake.storage = counting
+    assert len(listen(target, [schema_msg(stream, SCHEMA, ["id"]), record_msg(stream, {"id": 2}), state_msg({"n": 2})])) == 1
+    touched = {key for _, key in counting.requests}
+    assert catalogue_key(TAP) not in touched and "raw/singerlake.json" not in touched, sorted(touched)
+
+    target = cut_at_each_state(local_lake)
+    counting = Counting(target.lake.storage)
+    target.lake.storage = counting
+    assert len(listen(target, [schema_msg(stream, WIDE, ["id"]), record_msg(stream, {"id": 3, "extra": "e"}), state_msg({"n": 3})])) == 1
+    assert Counter(method for method, key in counting.requests if key == catalogue_key(TAP)) == {"read": 1, "write": 1}
+    assert _catalogued_version(local_lake, stream) == "v2"
+
+
+def _crashed_after_commit(lake: LakeUnderTest, stream: str) -> str:
+    """A writer that committed a new schema version and died before writing the catalogue: its lock is
+    left, stale; returns the lock's key."""
+    from singerlake.landing.writer import SchemaWriter
+
+    writer = SchemaWriter(Lake(lake.storage), TAP, json.loads(schema_msg(stream, WIDE, ["id"])), lease_s=1, drift_s=0.5)
+    writer.open()
+    writer.commit([writer.write_file([record_msg(stream, {"id": 9, "extra": "x"})], [now_ms()])], publish=False)
+    writer.lock.abandon()
+    return writer.lock.key
+
+
+def test_a_writer_that_takes_a_stale_lock_over_writes_the_catalogue_entry_its_holder_did_not(local_lake):
+    stream = stream_name(0)
+    assert len(listen(cut_at_each_state(local_lake), [schema_msg(stream, SCHEMA, ["id"]), record_msg(stream, {"id": 1})])) == 0
+    lock = _crashed_after_commit(local_lake, stream)
+    assert _catalogued_version(local_lake, stream) == "v1", "the dead writer's v2 is committed, not catalogued"
+
+    target = cut_at_each_state(local_lake, lock_lease_seconds=1, lock_drift_seconds=0.5)
+    assert len(listen(target, [schema_msg(stream, WIDE, ["id"]), record_msg(stream, {"id": 2, "extra": "e"}), state_msg({"n": 2})])) == 1
+    assert _catalogued_version(local_lake, stream) == "v2"
+    assert lock not in local_lake.locks()
+
+
+def test_a_lock_whose_catalogue_entry_could_not_be_written_is_left_to_go_stale(local_lake, monkeypatch):
+    """The entry of a new stream cannot be written: the run fails without the batch's STATE and leaves the
+    stream's lock (never released, no longer refreshed); the next run takes it over and writes the entry."""
+    stream = stream_name(0)
+    lines = [schema_msg(stream, SCHEMA, ["id"]), record_msg(stream, {"id": 1}), state_msg({"n": 1})]
+    target = cut_at_each_state(local_lake, lock_lease_seconds=1, lock_drift_seconds=0.5)
+
+    def unwritable(*args, **kwargs):
+        raise OSError("the catalogue's disk is full")
+
+    monkeypatch.setattr(target.lake, "publish_catalogue", unwritable)
+    out = io.StringIO()
+    with redirect_stdout(out), pytest.raises(LandingError, match="disk is full"):
+        target.listen(file_input=io.BytesIO(joined(lines)))
+    assert out.getvalue() == "", "no STATE"
+    (lock,) = local_lake.locks()
+    assert [json.loads(line)["record"]["id"] for line in local_lake.stored(stream)] == [1], "committed, not catalogued"
+
+    assert len(listen(cut_at_each_state(local_lake, lock_lease_seconds=1, lock_drift_seconds=0.5), lines)) == 1
+    assert _catalogued_version(local_lake, stream) == "v1"
+    assert local_lake.locks() == []
 
 
 @pytest.mark.heavy

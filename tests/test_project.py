@@ -20,15 +20,21 @@ from singerlake.jobs.vacuum import vacuum
 from singerlake.tables import blocks, delta
 from singerlake.tables.blocks import bucket_of
 from singerlake.tables.delta import storage_options, table_key
+from singerlake.tables.plan import plan_stream, work_item
 from singerlake.tables.project import project
+from singerlake.tables.small import project_on_executor
 from support.lake_cli import LakeCli, open_lake
 from support.lakes import TAP, LakeUnderTest, duckdb_for, joined, land, local_lake_at, record_msg, schema_msg
 from support.projections import EXPECTED, FIRST, STREAM, TRICKY, back_to_json, by_id, check_exact, land_records, same, uri
+from support.storage import Counting
 
 
 def test_published_delta_table_is_exact_and_changes_only_what_must_change(lake, spark):
+    """Parts of ``len(FIRST)`` rows are full, so the first one is no open tail (SPEC.md §12): a new key
+    adds a part beside it, and an update rewrites only the part holding its key."""
     land_records(lake, FIRST)
-    assert project(open_lake(lake), spark, TAP)[0]["version"] == 0
+    rows = len(FIRST)
+    assert project(open_lake(lake), spark, TAP, part_rows=rows)[0]["version"] == 0
     table = DeltaTable(uri(lake), storage_options=storage_options(lake.storage))
     check_exact(by_id(table.to_pyarrow_table().to_pylist()))
     fields = {field.name: field for field in table.schema().fields}
@@ -38,9 +44,9 @@ def test_published_delta_table_is_exact_and_changes_only_what_must_change(lake, 
     check_exact(by_id(polars.to_dicts()))
 
     land_records(lake, ['{"id": 4, "amount": 1, "big": 2, "huge": 3}'])
-    assert project(open_lake(lake), spark, TAP)[0]["version"] == 1
+    assert project(open_lake(lake), spark, TAP, part_rows=rows)[0]["version"] == 1
     land_records(lake, ['{"id": 4, "amount": 2.25, "big": 5, "huge": 4}'])
-    assert project(open_lake(lake), spark, TAP)[0]["version"] == 2
+    assert project(open_lake(lake), spark, TAP, part_rows=rows)[0]["version"] == 2
     files = {
         version: set(DeltaTable(uri(lake), version=version, storage_options=storage_options(lake.storage)).file_uris())
         for version in (0, 1, 2)
@@ -52,8 +58,8 @@ def test_published_delta_table_is_exact_and_changes_only_what_must_change(lake, 
 
 
 def test_an_update_trims_its_part_and_the_column_type_does_not_narrow(local_lake, spark):
-    """A small stream's previous part holding an updated key is rewritten by filtering its staging and
-    published rows alike; the row that needed the widest decimal is gone, yet the column keeps its
+    """A small stream's previous (full) part holding an updated key is rewritten by filtering its staging
+    and published rows alike; the row that needed the widest decimal is gone, yet the column keeps its
     type, so readers see the same schema."""
     stream = "public.prices"
     properties = {"id": {"type": "integer"}, "price": {"type": "number"}, "at": {"type": "string", "format": "date-time"}}
@@ -61,11 +67,11 @@ def test_an_update_trims_its_part_and_the_column_type_does_not_narrow(local_lake
     price = {i: Decimal("1.125") if i == 1 else Decimal(i) / 2 for i in range(1, 41)}
     rows = [{"id": i, "price": price[i], "at": f"2024-05-0{1 + i % 9}T10:00:00Z"} for i in range(1, 41)]
     land(local_lake.config, joined([schema_msg(stream, schema, ["id"]), *(record_msg(stream, json_text(row)) for row in rows)]))
-    project(open_lake(local_lake), spark, TAP)
+    project(open_lake(local_lake), spark, TAP, part_rows=len(rows))
     first = delta.latest(local_lake.storage, table_key(TAP, stream)).state["parts"]
     update = {"id": 1, "price": Decimal("3.5"), "at": "2024-06-01T00:00:00Z"}
     land(local_lake.config, joined([schema_msg(stream, schema, ["id"]), record_msg(stream, json_text(update))]))
-    result = project(open_lake(local_lake), spark, TAP)[0]
+    result = project(open_lake(local_lake), spark, TAP, part_rows=len(rows))[0]
     assert result["version"] == 1 and result["rows"] == 40
     actions = delta_actions(local_lake, 1, stream)
     assert actions["remove"] == {first[0]["published"]} and len(actions["add"]) == 2  # the trimmed part and the new row's
@@ -77,6 +83,38 @@ def test_an_update_trims_its_part_and_the_column_type_does_not_narrow(local_lake
     assert {i: (got[i]["price"], got[i]["at"]) for i in range(2, 41)} == {
         i: (Decimal(i) / 2, datetime(2024, 5, 1 + i % 9, 10, tzinfo=timezone.utc)) for i in range(2, 41)
     }
+
+
+def test_new_rows_join_the_open_tail_and_a_run_reads_only_the_parts_its_keys_may_be_in(local_lake, spark):
+    """A stream projected after every small landing keeps a bounded number of parts: the last part, while
+    small, takes each run's new rows. A run reads a full part only when its key range may hold a key the
+    new records update (SPEC.md §12): new ids above every range read none of them."""
+    stream = "public.grow"
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}, "v": {"type": "string"}}}
+    expected: dict[int, str] = {}
+
+    def land_ids(ids, value: str) -> None:
+        expected.update({i: f"{value} {i}" for i in ids})
+        rows = [record_msg(stream, {"id": i, "v": f"{value} {i}"}) for i in ids]
+        land(local_lake.config, joined([schema_msg(stream, schema, ["id"]), *rows]))
+
+    land_ids(range(100), "first")
+    project(open_lake(local_lake), spark, TAP, part_rows=50)
+    for round_ in range(5):
+        land_ids(range(100 + 3 * round_, 103 + 3 * round_), f"round {round_}")
+        project(open_lake(local_lake), spark, TAP, part_rows=50)
+    parts = delta.latest(local_lake.storage, table_key(TAP, stream)).state["parts"]
+    assert [part["rows"] for part in parts] == [50, 50, 15], "five runs' rows are one tail part"
+    assert [part["keys"] for part in parts] == [["[0]", "[49]"], ["[50]", "[99]"], ["[100]", "[114]"]]
+
+    land_ids([200, 10], "update")  # 10 is in the first part's range, 200 in none
+    plan = plan_stream(open_lake(local_lake), TAP, stream)
+    counting = Counting(local_lake.storage)
+    result = project_on_executor(counting, work_item(plan, ["delta"]) | {"part_rows": 50})
+    staging_reads = [key for method, key in counting.requests if method == "read" and key.startswith("staging/")]
+    assert sorted(staging_reads) == sorted([parts[0]["staging"]] * 2 + [parts[2]["staging"]]), "its keys, then its rows; and the tail"
+    assert [part["rows"] for part in result["parts"]] == [50, 49, 17], "the newest rows in the last part"
+    assert {part["staging"] for part in result["parts"]} & {part["staging"] for part in parts} == {parts[1]["staging"]}
 
 
 def delta_actions(lake: LakeUnderTest, version: int, stream: str) -> dict[str, set[str]]:

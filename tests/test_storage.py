@@ -208,6 +208,17 @@ def test_list_is_in_key_order_and_filters_by_prefix(storage):
     assert [i.key for i in storage.list("nothing")] == []
 
 
+def test_list_starts_after_a_key(storage):
+    """A log's newest entries are listed from a key on (SPEC.md §12): only keys after it, in order."""
+    keys = [f"t/_delta_log/{version:020d}.json" for version in range(12)] + ["t/_delta_log/00000000000000000005.checkpoint.parquet"]
+    for key in keys:
+        storage.write(key, b"{}")
+    after = [info.key for info in storage.list("t/_delta_log/", start_after="t/_delta_log/00000000000000000005")]
+    assert after == sorted(key for key in keys if key > "t/_delta_log/00000000000000000005")
+    assert after[:2] == ["t/_delta_log/00000000000000000005.checkpoint.parquet", "t/_delta_log/00000000000000000005.json"]
+    assert [info.key for info in storage.list("t/_delta_log/", start_after="t/_delta_log/00000000000000000011.json")] == []
+
+
 def test_list_spans_pages_in_key_order(storage):
     """More keys than one S3 page (1,000) with a "directory" among its sibling keys: each key once, in order."""
     keys = [f"raw/t/s/x/{i:04d}" for i in range(1010)] + ["raw/t/s/x-1", "raw/t/s/x.1", "raw/t/s/x_1", "raw/t/s/w"]

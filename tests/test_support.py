@@ -17,7 +17,7 @@ def storage_methods() -> list[str]:
 
 
 # A value for each parameter a Storage method takes (by name); a method with another parameter fails here, to be added.
-VALUES = {"key": "some/key", "prefix": "some/", "data": b"bytes", "chunks": [b"by", b"tes"], "cutoff_ms": 0}
+VALUES = {"key": "some/key", "prefix": "some/", "data": b"bytes", "chunks": [b"by", b"tes"], "cutoff_ms": 0, "start_after": "some/a"}
 
 
 def call_args(name: str) -> tuple:

@@ -7,6 +7,7 @@ reader would: layout, manifest entries, catalogue, lake metadata, stored bytes, 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -25,6 +26,7 @@ from singer_sdk.exceptions import ConfigValidationError, MissingKeyPropertiesErr
 from singerlake import Lake
 from singerlake.format.schema_hash import schema_hash
 from singerlake.landing import spark_write
+from singerlake.storage import proven
 from singerlake.times import now_ms
 from support.lakes import (
     CLI,
@@ -602,6 +604,47 @@ def test_missing_bucket_is_a_config_error_naming_lake_root(s3_root):
     config = {**s3_lake_at(s3_root).config, "lake_root": "s3://no-such-bucket-here/lake"}
     message = _config_error(config)
     assert "lake_root" in message and "no-such-bucket-here" in message
+
+
+@contextlib.contextmanager
+def _bucket_dropped(lake):
+    """The lake's bucket deleted, contents and all, and made again (empty) afterwards for its fixture to drop."""
+    client, bucket = lake.storage.client, lake.storage.bucket
+    for key in lake.everything():
+        client.delete_object(Bucket=bucket, Key=key)
+    client.delete_bucket(Bucket=bucket)
+    try:
+        yield
+    finally:
+        client.create_bucket(Bucket=bucket)
+
+
+def test_a_root_gone_since_this_machine_proved_it_fails_at_the_first_request_naming_lake_root(s3_root, tmp_path):
+    """A root a run proved writable is not probed again (SPEC.md §10): when its bucket is gone since,
+    the run's first request fails, and says so as the probe would: one line naming lake_root, exit 2,
+    no STATE. The root is forgotten: the next run probes it before reading any input."""
+    lake = s3_lake_at(s3_root)
+    lines = [schema_msg("users", USERS, ["id"]), record_msg("users", {"id": 1}), state_msg({"n": 1})]
+    assert land(lake.config, joined(lines)) == ['{"n": 1}']
+    assert proven.is_proven(lake.storage)
+    with _bucket_dropped(lake):
+        run = run_cli(lake.config, joined(lines), tmp_path)
+        stderr = run.stderr.decode()
+        assert run.returncode == 2 and run.stdout == b"", stderr[-3000:]
+        assert "target-singerlake: error: setting 'lake_root': " in stderr and lake.storage.bucket in stderr, stderr[-3000:]
+        assert "Traceback" not in stderr
+        assert not proven.is_proven(lake.storage)
+        assert lake.storage.bucket in _config_error(lake.config), "probed again, before any input"
+
+
+def test_a_run_of_no_records_on_a_root_gone_since_probes_it_before_its_state(s3_root, tmp_path):
+    lake = s3_lake_at(s3_root)
+    assert land(lake.config, joined([schema_msg("users", USERS), record_msg("users", {"id": 1})])) == []
+    with _bucket_dropped(lake):
+        run = run_cli(lake.config, joined([state_msg({"n": 2})]), tmp_path)
+    stderr = run.stderr.decode()
+    assert run.returncode == 2 and run.stdout == b"", stderr[-3000:]
+    assert "setting 'lake_root': " in stderr and "Traceback" not in stderr, stderr[-3000:]
 
 
 def test_unwritable_local_root_is_a_config_error_naming_lake_root(tmp_path):

@@ -27,7 +27,7 @@ from singerlake.format.catalogue import ANNOTATIONS
 from singerlake.format.errors import MissingKeyProperties, RecordBeforeSchema
 from singerlake.format.metadata import label_problem
 from singerlake.format.names import normalise_label
-from singerlake.landing.errors import Terminated
+from singerlake.landing.errors import RootUnusable, Terminated
 from singerlake.landing.lander import Lander, LandingSettings
 from singerlake.landing.spark_write import warm_up
 from singerlake.settings import LAKE_LOCATION, invalid_settings, lake_root, storage_options
@@ -36,7 +36,7 @@ from singerlake.spark.java import ensure_java
 from singerlake.spark.masters import resolve_master, runs_on_this_machine
 from singerlake.spark.placement import check_lake_reachable, conf_of_setting
 from singerlake.spark.session import SparkStarter, spark_session, stop_session
-from singerlake.storage import StorageError
+from singerlake.storage import StorageError, proven
 
 
 class UnusedSink(RecordSink):
@@ -72,8 +72,9 @@ class LakeReader(GenericSingerReader[bytes]):
         except MissingKeyProperties as exc:
             lander.abort()
             raise MissingKeyPropertiesError(str(exc)) from exc
-        except BaseException:
+        except BaseException as exc:
             lander.abort()
+            self.target.root_failed(exc)
             raise
         return Counter(lander.counts)
 
@@ -170,13 +171,31 @@ class TargetSingerlake(Target):
         return tap_id
 
     def _open_lake(self) -> Lake:
+        """The lake, its root probed (SPEC.md §10) unless a run on this machine wrote there before: then
+        the run's first requests are the check, and a failure there names the setting all the same."""
         try:
             lake = Lake.open(lake_root(self.config), **storage_options(self.config))
             self._check_lake_reachable(lake)
-            lake.storage.check_writable()
+            self._root_probed = not proven.is_proven(lake.storage)
+            if self._root_probed:
+                _probe(lake.storage)
         except StorageError as exc:
             raise ConfigError(f"setting 'lake_root': {exc}") from exc
         return lake
+
+    def _probe_root(self) -> None:
+        """For a STATE that would go out before the run made any request: the root must answer first."""
+        try:
+            _probe(self.lake.storage)
+        except StorageError as exc:
+            proven.forget(self.lake.storage)
+            raise RootUnusable(f"setting 'lake_root': {exc}") from exc
+        self._root_probed = True
+
+    def root_failed(self, exc: BaseException) -> None:
+        """The run's first requests failed for the root itself: probe it at the start of the next run again."""
+        if isinstance(exc, RootUnusable):
+            proven.forget(self.lake.storage)
 
     def _spark_place(self) -> tuple[str, str | None]:
         try:
@@ -243,12 +262,19 @@ class TargetSingerlake(Target):
 
     # -- running -----------------------------------------------------------------------------------
     def _emit_state(self, state: bytes) -> None:
+        if not self._root_probed and not self.lander.drain.opened:
+            self._probe_root()
         sys.stdout.write(state.decode("utf-8") + "\n")
         sys.stdout.flush()
 
     def process_endofpipe(self) -> None:
         try:
             self.lander.finish()
+            if self.lander.drain.opened:  # the run wrote there: no probe for the next run on this machine
+                proven.remember(self.lake.storage)
+        except BaseException as exc:
+            self.root_failed(exc)
+            raise
         finally:
             self._stop_cluster_application()
         self._say_work_id()
@@ -293,6 +319,16 @@ class TargetSingerlake(Target):
         else:
             self.logger.info("Received signal %d: stop reading, commit, emit STATE, exit", signum)
         lander.request_stop()
+
+
+def _probe(storage) -> None:
+    """A local root: made and written to (a temporary file; no request). An S3 root: HeadBucket, that
+    the bucket exists and the credentials reach it; whether they may write, the run's first write says
+    (SPEC.md §10)."""
+    if proven.is_local(storage):
+        storage.check_writable()
+    elif not storage.root_exists():
+        raise StorageError(f"lake root {storage.url}: bucket {storage.bucket!r} does not exist")
 
 
 if __name__ == "__main__":

@@ -104,8 +104,8 @@ class Counting(Storage):
     def delete(self, key: str, **options) -> None:
         return self._count("delete", key)(key, **options)
 
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        return self._count("list", prefix)(prefix)
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
+        return self._count("list", prefix)(prefix, start_after)
 
     def list_dirs(self, prefix: str) -> list[str]:
         return self._count("list_dirs", prefix)(prefix)

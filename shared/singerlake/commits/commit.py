@@ -7,7 +7,8 @@ import random
 import time
 from collections.abc import Callable
 
-from singerlake.commits.errors import CommitConflict, CommitRejected
+from singerlake.commits.errors import CommitConflict, CommitRejected, Overtaken
+from singerlake.commits.lock import writer_id_key
 from singerlake.format.layout import StreamPaths
 from singerlake.format.manifest import Manifest
 from singerlake.format.parts import PartStore
@@ -73,6 +74,7 @@ def update_manifest(
     store: PartStore | None = None,
     last: Manifest | None = None,
     absent: bool = False,
+    missing: bool = False,
 ) -> Manifest:
     """Apply ``change`` to the stream's manifest atomically; ``change`` returning False writes nothing.
 
@@ -80,7 +82,8 @@ def update_manifest(
     manifest never hides data files already on storage). ``absent``: the caller knows the stream
     has no object at all (SPEC.md §7): the first attempt creates the manifest (create-only) without
     reading it or seeding it; should another writer have created it meanwhile, that write fails and
-    the swap goes on as usual. ``known``: the ``stored`` of the manifest
+    the swap goes on as usual. ``missing``: the caller has just read it and found none: the first
+    attempt creates it (create-only, seeded as usual) without reading it again. ``known``: the ``stored`` of the manifest
     this writer wrote last (see ``compare_and_swap``). ``store``: the stream's parts as already read
     (parts never change). ``last``: the manifest this writer wrote last; its root is then neither
     read nor parsed again unless someone else wrote since. A tail grown past its bound is sealed
@@ -113,7 +116,8 @@ def update_manifest(
             return None
         return sealed_bytes(manifest)
 
-    result[0].stored = compare_and_swap(storage, paths.manifest, apply, durable=durable, known=known, absent=absent and known is None)
+    unread_first = (absent or missing) and known is None
+    result[0].stored = compare_and_swap(storage, paths.manifest, apply, durable=durable, known=known, absent=unread_first)
     return result[0]
 
 
@@ -165,17 +169,40 @@ def _horizon_of(root: bytes | None) -> str | None:
 
 
 def register_writer(storage: Storage, paths: StreamPaths, schema_hash: str, writer_id: str, **kwargs) -> Manifest:
-    """Make ``writer_id`` the only writer whose commits the manifest accepts for this stream-schema.
+    """Make ``writer_id`` the registered writer of this stream-schema at once, whoever was before.
 
-    Called right after taking the stream-schema lock: from then on a previous holder's commits
-    fail, so the manifest itself is the fence against a writer whose lease was taken over. The
-    fence only concerns live writers, so this write need not survive a power failure; commits do.
+    Landing registers in its first commit instead (``commit_many``, SPEC.md §9); this eager form
+    remains for tools and tests that play a writer who took a lock over. The fence only concerns
+    live writers, so this write need not survive a power failure; commits do.
     """
 
     def change(manifest: Manifest) -> None:
         manifest.writers[schema_hash] = {"writer_id": writer_id, "since": iso_ms(now_ms())}
 
     return update_manifest(storage, paths, change, durable=False, **kwargs)
+
+
+def claim_writer(manifest: Manifest, schema_hash: str, writer_id: str, proven_over: str | None = None) -> bool:
+    """The fence (SPEC.md §9), inside a swap: ``writer_id`` may write to this stream-schema when it is the
+    registered writer, or when none is registered or the registered one's id is smaller (then it
+    becomes the registered writer: returns True). ``proven_over``: a registered id this writer found
+    above its own, after which it proved it still holds its lock: it replaces that one too.
+    Otherwise Overtaken, naming the registered writer."""
+    entry = manifest.writers.get(schema_hash) or {}
+    owner = entry.get("writer_id")
+    if owner == writer_id:
+        return False
+    if owner is None or owner == proven_over or is_before(owner, writer_id):
+        manifest.writers[schema_hash] = {"writer_id": writer_id, "since": iso_ms(now_ms())}
+        return True
+    raise Overtaken(f"{manifest.stream!r} schema {schema_hash}: writer {writer_id} lost its lock to {owner}", owner)
+
+
+def is_before(owner: str, writer_id: str) -> bool:
+    """Whether writer id ``owner`` sorts below ``writer_id``: both UUIDv7s drawn by ``new_writer_id`` (ids
+    of writers before 2.2's fence were random: they sort below nothing)."""
+    theirs, mine = writer_id_key(owner) if isinstance(owner, str) else None, writer_id_key(writer_id)
+    return theirs is not None and mine is not None and theirs < mine
 
 
 def commit_files(
@@ -187,14 +214,16 @@ def commit_files(
     writer_id: str | None = None,
     known: Blob | None = None,
     last: Manifest | None = None,
+    proven_over: str | None = None,
 ) -> Manifest:
     """Make data files visible: all of ``records`` in one new commit, or none of them.
 
     ``schemas`` maps each schema hash used by ``records`` to (schema, key_properties). With
-    ``writer_id`` the commit is fenced: it fails with CommitRejected unless that writer is still
-    the registered writer of every stream-schema it touches.
+    ``writer_id`` the commit is fenced (``claim_writer``): it registers that writer for every
+    stream-schema it touches, or fails with Overtaken (a CommitRejected) naming the registered writer.
+    Files the manifest already holds are skipped, so a retried commit changes nothing, fenced or not.
     """
-    return commit_many(storage, paths, [records], schemas, writer_id=writer_id, known=known, last=last)
+    return commit_many(storage, paths, [records], schemas, writer_id=writer_id, known=known, last=last, proven_over=proven_over)
 
 
 def commit_many(
@@ -206,6 +235,7 @@ def commit_many(
     writer_id: str | None = None,
     known: Blob | None = None,
     last: Manifest | None = None,
+    proven_over: str | None = None,
 ) -> Manifest:
     """Each batch of ``batches`` as its own commit, in order, all in one write of the root (a backfill,
     a benchmark). The manifest is exactly what committing the batches one by one would leave: each
@@ -215,29 +245,26 @@ def commit_many(
         raise ValueError(f"no schema given for schema hashes {sorted(missing)}")
 
     def change(manifest: Manifest) -> bool:
+        present = manifest.present_ids({r["id"] for batch in batches for r in batch})
+        fresh = [[r for r in records if r["id"] not in present] for records in batches]
+        if not any(fresh):
+            return False  # all committed already (a retry): nothing to fence, nothing to write
         if writer_id is not None:
-            for schema_hash in {r["schema_hash"] for batch in batches for r in batch}:
-                owner = manifest.writers.get(schema_hash, {}).get("writer_id")
-                if owner != writer_id:
-                    raise CommitRejected(
-                        f"{paths.stream!r} schema {schema_hash}: writer {writer_id} lost its lock to {owner}; "
-                        f"{sum(map(len, batches))} file(s) left uncommitted"
-                    )
-        changed = False
-        for index, records in enumerate(batches):
-            present = manifest.present_ids({r["id"] for r in records})
-            new = [r for r in records if r["id"] not in present]
-            if not new:
-                continue
+            try:
+                for schema_hash in sorted({r["schema_hash"] for records in fresh for r in records}):
+                    claim_writer(manifest, schema_hash, writer_id, proven_over)
+            except Overtaken as exc:
+                raise Overtaken(f"{exc}; {sum(map(len, fresh))} file(s) left uncommitted", exc.owner) from None
+        fresh = [records for records in fresh if records]
+        for index, new in enumerate(fresh):
             check_horizon(manifest, [r["id"] for r in new], "data file")
             for record in sorted(new, key=lambda r: r["id"]):
                 schema, keys = schemas[record["schema_hash"]]
                 manifest.add_version(record["schema_hash"], schema, keys, file_id_ms(record["id"]))
             manifest.append_commit(new)
-            changed = True
-            if index < len(batches) - 1:  # the last commit's seal happens as the root is written
+            if index < len(fresh) - 1:  # the last commit's seal happens as the root is written
                 manifest.seal()
                 manifest.write_parts()
-        return changed
+        return True
 
     return update_manifest(storage, paths, change, known=known, last=last)

@@ -23,3 +23,12 @@ class CommitConflict(CommitError):
 
 class CommitRejected(CommitError):
     """The commit may not happen at all (e.g. the writer lost its lock); nothing was committed."""
+
+
+class Overtaken(CommitRejected):
+    """The manifest registers another writer (``owner``) that the committing one cannot tell to be
+    earlier: a writer still holding its lock proves it and commits again (SPEC.md §9)."""
+
+    def __init__(self, message: str, owner: str):
+        super().__init__(message)
+        self.owner = owner

@@ -3,7 +3,10 @@
 A lock is a tiny JSON object created with a create-only write. Its holder refreshes it while it
 works; a waiter takes it over only when ``refreshed`` is older than the lease plus a clock-drift
 margin, replacing exactly the version it judged stale (If-Match). Every acquisition uses a fresh
-writer id, so an id that lost a lock is never used again.
+writer id, so an id that lost a lock is never used again. Ids are UUIDv7s, drawn above the ids the
+acquirer knows of (the registered writer's, a stale holder's), so a later acquisition mostly has a
+greater id; the fence of SPEC.md §9 compares them, and a holder proves itself by ``renew_id`` where
+they mislead.
 """
 
 from __future__ import annotations
@@ -14,14 +17,13 @@ import json
 import logging
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from singerlake.commits.errors import LockLost, LockTimeout
 from singerlake.storage import NotFound, PreconditionFailed, Storage
-from singerlake.times import iso_ms, now_ms, to_ms
+from singerlake.times import file_id_ms, iso_ms, new_file_id, now_ms, to_ms
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,28 @@ def _parse_iso(text: str) -> int:
     return to_ms(datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc))
 
 
+def new_writer_id(prefix: str = "writer", *after: str | None) -> str:
+    """``<prefix>-<UUIDv7 hex>``: ordered by the time it is drawn, and above every id of ``after`` of this
+    form (a registered writer, a stale holder; SPEC.md §8-§9) even when this clock lags behind theirs."""
+    floors = [ms for ms in (writer_id_ms(other) for other in after if other) if ms is not None]
+    created = max([now_ms(), *(ms + 1 for ms in floors)])
+    return f"{prefix}-{new_file_id(created)}"
+
+
+def writer_id_ms(writer_id: str) -> int | None:
+    """The creation time of a writer id drawn by ``new_writer_id``; None for any other id (older
+    writers drew random ids)."""
+    _, _, hexid = writer_id.rpartition("-")
+    if len(hexid) != 32 or hexid[12] != "7" or hexid.strip("0123456789abcdef"):
+        return None
+    return file_id_ms(hexid)
+
+
+def writer_id_key(writer_id: str) -> str | None:
+    """What orders two ids of ``new_writer_id``: their UUIDv7s (the prefix says nothing of time)."""
+    return writer_id.rpartition("-")[2] if writer_id_ms(writer_id) is not None else None
+
+
 def _body(writer_id: str, acquired_ms: int, refreshed_ms: int, lease_s: float) -> bytes:
     doc = {"writer-id": writer_id, "acquired": iso_ms(acquired_ms), "refreshed": iso_ms(refreshed_ms), "lease_seconds": lease_s}
     return json.dumps(doc, separators=(",", ":")).encode()
@@ -80,6 +104,7 @@ class Lock:
         self.writer_prefix = writer_prefix
         self.heartbeat = heartbeat
         self.writer_id: str | None = None
+        self.took_over = False  # the last acquisition replaced a stale lock: its holder may have died mid-work
         self._etag: str | None = None
         self._acquired_ms = 0
         self._lost = threading.Event()
@@ -95,14 +120,19 @@ class Lock:
             return (time.monotonic() - observed_since) * 1000 > margin_ms
         return now_ms() - info.refreshed_ms > margin_ms
 
-    def acquire(self) -> Lock:
+    def acquire(self, after: str | None = None) -> Lock:
+        """Take the lock: one create-only write when it is free. ``after``: a writer id the new one
+        must sort above (the stream-schema's registered writer, read before, SPEC.md §9); a takeover's
+        id also sorts above the stale holder's."""
         if self._etag is not None:
             raise RuntimeError(f"{self.key}: already held by this object")
-        writer_id = f"{self.writer_prefix}-{uuid.uuid4().hex}"
         deadline = time.monotonic() + self.wait_s
         seen_etag, seen_since = None, time.monotonic()
         holder = None
         while True:
+            took_over = False
+            # Drawn for each attempt: the id of the write that wins is as late as the acquisition itself.
+            writer_id = new_writer_id(self.writer_prefix, after)
             stamp = now_ms()
             body = _body(writer_id, stamp, stamp, self.lease_s)
             try:
@@ -123,13 +153,16 @@ class Lock:
                         raise LockTimeout(f"{self.storage.url_of(self.key)} is held by {holder}; waited {self.wait_s:.0f}s") from None
                     time.sleep(self.poll_s)
                     continue
+                writer_id = new_writer_id(self.writer_prefix, after, info.writer_id if info else None)
+                body = _body(writer_id, stamp, stamp, self.lease_s)
                 try:
                     # Replaces exactly the version judged stale: losing to another taker or a late refresh fails here.
                     etag = self.storage.write(self.key, body, if_match=current.etag, durable=False)
                 except PreconditionFailed:
                     continue  # someone else refreshed or took it over first
                 log.warning("took over stale lock %s from %s", self.storage.url_of(self.key), holder)
-            self.writer_id, self._etag, self._acquired_ms = writer_id, etag, stamp
+                took_over = True
+            self.writer_id, self._etag, self._acquired_ms, self.took_over = writer_id, etag, stamp, took_over
             self._lost.clear()
             self._stop.clear()
             self._held += 1
@@ -150,6 +183,23 @@ class Lock:
                 self._lost.set()
                 raise LockLost(f"{self.storage.url_of(self.key)}: lock of {self.writer_id} was taken over") from None
 
+    def renew_id(self, above: str) -> str:
+        """Prove this lock is still held, and sort above ``above``: rewrite it, conditionally on the
+        version written last, under a new writer id above that one (SPEC.md §9). Raises LockLost when
+        another writer took the lock. Counts as a refresh."""
+        with self._io:
+            if self._lost.is_set() or self._etag is None:
+                raise LockLost(f"{self.key}: {self.writer_id} no longer holds this lock")
+            writer_id = new_writer_id(self.writer_prefix, above, self.writer_id)
+            body = _body(writer_id, self._acquired_ms, now_ms(), self.lease_s)
+            try:
+                self._etag = self.storage.write(self.key, body, if_match=self._etag, durable=False)
+            except PreconditionFailed:
+                self._lost.set()
+                raise LockLost(f"{self.storage.url_of(self.key)}: lock of {self.writer_id} was taken over") from None
+            self.writer_id = writer_id
+            return writer_id
+
     def _beat(self) -> bool:
         """One heartbeat: refresh the lease; returns whether to go on beating."""
         if self._stop.is_set():
@@ -165,12 +215,19 @@ class Lock:
         return True
 
     @property
+    def held(self) -> bool:
+        """Acquired, and neither released, abandoned nor known to be lost."""
+        return self._etag is not None and not self._lost.is_set()
+
+    @property
     def lost(self) -> bool:
         return self._lost.is_set()
 
     def check(self) -> None:
         if self.lost:
             raise LockLost(f"{self.storage.url_of(self.key)}: lock of {self.writer_id} was taken over")
+        if self._etag is None:
+            raise LockLost(f"{self.storage.url_of(self.key)}: not held (released, or never acquired)")
 
     # -- releasing -------------------------------------------------------------------------
     def release(self) -> bool:
@@ -187,6 +244,13 @@ class Lock:
                 log.warning("%s was taken over before release; left to its new owner", self.key)
                 self._lost.set()
                 return False
+
+    def abandon(self) -> None:
+        """Stop refreshing without deleting: the lock goes stale after its lease, and the next writer
+        takes it over knowing that this one did not finish (SPEC.md §9)."""
+        self._stop.set()
+        with self._io:
+            self._etag = None
 
     def __enter__(self) -> Lock:
         return self.acquire()

@@ -212,7 +212,7 @@ def vacuum_projection(
 
 def _vacuum_table(lake, tap_id, stream, published, listing, retention_s, apply, now, keep: set[str], notes: list[str]) -> list[Deletion]:
     key = delta.table_key(tap_id, stream)
-    removed = published.table.vacuum(
+    removed = delta.open_table(lake.storage, key, published.version).vacuum(
         retention_hours=math.ceil(retention_s / 3600), dry_run=True, enforce_retention_duration=False, full=True
     )
     reason = "no longer in the Delta table's retained versions"
@@ -226,7 +226,7 @@ def _vacuum_table(lake, tap_id, stream, published, listing, retention_s, apply, 
         if info.key not in current and info.mtime * 1000 <= cutoff:
             chosen.append(Deletion(info.key, "staging part or CSV no longer current", info.size))
     if apply and chosen:
-        if not delta.fence(published):
+        if not delta.fence(lake.storage, key, published):
             notes.append(f"{key}: a project run committed meanwhile; the table is left for a later vacuum")
             return []
         for deletion in chosen:

@@ -2,17 +2,20 @@
 commits go out in parallel across streams, then the batch's STATE is emitted.
 
 One thread takes batches in order, so a STATE never passes the records before it. A stream-schema's
-writer takes its lock and registers (the fence, §9) on a bounded pool as soon as its first record
-is read (``open_writer``), so a first batch's opens overlap Spark's start-up; a batch's Spark job
-starts only once every writer it needs is registered, because a stream's first manifest must
-exist before any of its data files (SPEC.md §7). Then each stream commits its segments and
-ACTIVATE_VERSION marks in order, streams side by side on the same pool, each commit its own fenced
-compare-and-swap. The catalogue and ``singerlake.json`` are written once per batch, and only when
-an entry changed.
+writer reads its manifest and takes its lock on a bounded pool as soon as its first record is read
+(``open_writer``), so a first batch's opens overlap Spark's start-up; a batch's Spark job starts
+only once every writer it needs is open, because a stream's first manifest must exist before any
+of its data files (SPEC.md §7). Then each stream commits its segments and ACTIVATE_VERSION marks in
+order, streams side by side on the same pool, each commit its own fenced compare-and-swap (a
+writer registers in its first, §9). The catalogue and ``singerlake.json`` are written only when
+what they hold changed: a stream's catalogue entry when its commits changed it (a new stream, a new
+latest version) or when its writer took a stale lock over (its holder may have died before
+writing it), and a stream's lock goes only once its entry is written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -22,17 +25,20 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
+from singerlake.commits.commit import update_manifest
 from singerlake.format import catalogue as cat
 from singerlake.format.datafile import gzip_member
 from singerlake.format.manifest import Manifest
 from singerlake.format.needs import properties_of
+from singerlake.format.scan import scan_stream
 from singerlake.lake import Lake
 from singerlake.landing.batch import ActivateVersion, Batch, Segment
-from singerlake.landing.errors import LandingError
+from singerlake.landing.errors import LandingError, RootUnusable
 from singerlake.landing.spark_write import FileJob, batch_table, write_with_spark
 from singerlake.landing.writer import SchemaWriter
 from singerlake.pause import pause_point
 from singerlake.spark.masters import is_connect
+from singerlake.storage import NotFound, PreconditionFailed, StorageError
 from singerlake.times import iso_ms
 
 log = logging.getLogger("singerlake.landing")
@@ -56,10 +62,20 @@ class Drain:
         self.error: BaseException | None = None
         self.writers: dict[tuple[str, str], Future[SchemaWriter]] = {}
         self._writers_lock = threading.Lock()  # the reader opens writers, the drain looks them up
-        self._published: dict[str, dict] = {}  # the catalogue entry this run last wrote per stream
-        self._listed: set[str] | None = None  # the tap's stream directories when this run first looked
+        # Per stream, the catalogue entry the catalogue holds, as far as this run knows: the one it wrote,
+        # or the one of the manifest its writer read (whoever committed that wrote its entry, SPEC.md §9).
+        self._published: dict[str, dict] = {}
+        self._unpublished: dict[str, dict] = {}  # committed entries not written yet: their locks wait for them
+        self._latest: dict[str, Manifest] = {}  # per stream, the manifest as this run last read or wrote it
+        self._metadata = threading.Lock()
+        # singerlake.json: written when this run may have a new tap (it created a stream's manifest), has
+        # annotations to record, or took a lock over; else never read.
+        self._tap_due = any(value is not None for value in (settings.annotations or {}).values())
+        self._listed: set[str] | None = None  # the tap's stream directories, listed at the run's first stream without a manifest
         self._listing = threading.Lock()
-        self._registered = False
+        self._first_look = threading.Lock()
+        self._looked = threading.Event()
+        self.opened = False  # a writer opened: the lake root answered, and took a write
         # Opens, commits and releases of many streams: as many at once as the storage serves well.
         self._pool = ThreadPoolExecutor(lake.storage.parallel_requests, thread_name_prefix="singerlake-commit")
         self._batches = 0
@@ -80,6 +96,8 @@ class Drain:
                 continue
 
     def raise_if_failed(self) -> None:
+        if isinstance(self.error, RootUnusable):
+            raise self.error  # a setting at fault, not a batch: nothing was written
         if self.error is not None:
             cause = self.error
             if isinstance(cause, ConnectionError) or type(cause).__name__.startswith("Py4J"):
@@ -97,9 +115,22 @@ class Drain:
         self._thread.join()
 
     def close(self) -> None:
-        """Release every lock, side by side (also after a failure: uncommitted files stay invisible)."""
+        """Release every lock, side by side (also after a failure: uncommitted files stay invisible), but
+        those of streams whose catalogue entry could not be written: left to go stale, so that the next
+        writer takes them over and writes it (SPEC.md §9)."""
         wait(self.writers.values())  # a writer still taking its lock is released once it has it
         opened = [future.result() for future in self.writers.values() if future.exception() is None]
+        kept = [writer for writer in opened if writer.stream in self._unpublished]
+        if kept:
+            log.warning(
+                "left the locks of %d stream(s) whose catalogue entry could not be written (e.g. %s): the next writer takes "
+                "them over after their lease and writes it",
+                len(kept),
+                kept[0].stream,
+            )
+        for writer in kept:
+            writer.lock.abandon()
+        opened = [writer for writer in opened if writer not in kept]
         for writer, outcome in zip(opened, self._pool.map(_release, opened), strict=True):
             if outcome is not None:
                 log.warning("could not release %s: %s", writer.lock.key, outcome)
@@ -124,7 +155,7 @@ class Drain:
         segments = job.batch.segments()
         records = sum(segment.records for segment in segments)
         for segment in segments:
-            self.open_writer(segment.schema).result()  # registered before any of its files is written
+            self.open_writer(segment.schema).result()  # its manifest exists before any of its files is written (§7)
         files = self._write(segments) if segments else []
         if self.settings.confirm_files:
             self._confirm_stored([file for segment_files in files for file in segment_files])
@@ -135,15 +166,19 @@ class Drain:
             self._pool.submit(self._commit_stream, stream, items, files_of, job.final) for stream, items in job.batch.streams.items()
         ]
         wait(commits)
-        for future in commits:
-            future.result()  # the first failure fails the batch (after every stream's commit has ended)
-        self._publish([future.result() for future in commits])
+        try:
+            self._publish()  # what did commit, also when another stream's commit failed
+        finally:
+            for future in commits:
+                future.result()  # the first failure fails the batch (after every stream's commit has ended)
+        if job.final:
+            self._release(job.batch.streams)  # those whose entries had to be written first
         if job.state is not None:
             self.emit_state(job.state)
         self._report(records, len(job.batch.streams), sum(len(f) for f in files), started, written)
 
     def open_writer(self, schema: Any) -> Future[SchemaWriter]:
-        """The stream-schema's writer, opening (lock, registration) on the pool if it is new to this run."""
+        """The stream-schema's writer, opening (manifest read, lock) on the pool if it is new to this run."""
         key = (schema.message["stream"], schema.hash)
         with self._writers_lock:
             if key not in self.writers:
@@ -151,18 +186,55 @@ class Drain:
             return self.writers[key]
 
     def _open(self, writer: SchemaWriter) -> SchemaWriter:
-        return writer.open(new_stream=self._is_new_stream(writer.paths.stream_dir))
+        stream_dir = writer.paths.stream_dir
+        try:
+            # The run's first look goes alone: when it finds no manifest, the listing it takes tells the
+            # others which streams are new, so they create theirs unread (a new tap: one read in all).
+            with self._first_look if not self._looked.is_set() else contextlib.nullcontext():
+                writer.look(new_stream=self._listed_as_new(stream_dir), is_new=lambda: self._is_new_stream(stream_dir))
+                self._looked.set()
+            writer.take()
+        except StorageError as exc:
+            if not self.opened and not isinstance(exc, (NotFound, PreconditionFailed)):
+                raise RootUnusable(f"setting 'lake_root': {exc}") from exc  # the run's first requests: the root is at fault
+            raise
+        self.opened = True
+        with self._metadata:
+            stream = writer.stream
+            if writer.created or writer.took_over:
+                self._tap_due = True  # a new tap, or a writer that died before writing singerlake.json
+                self._published.pop(stream, None)  # its entry is written at its next commit
+            elif stream not in self._published and writer.manifest.versions:
+                self._published[stream] = cat.catalog_entry(writer.manifest, stream_dir)
+            self._remember(stream, writer.manifest)
+        return writer
+
+    def _listed_as_new(self, stream_dir: str) -> bool:
+        """Whether the run's listing of the tap, if taken, shows no directory for the stream: it is new,
+        and its manifest is created unread (SPEC.md §7)."""
+        parent, segment = stream_dir.rsplit("/", 1)
+        with self._listing:
+            if self._listed is None or segment in self._listed:
+                return False
+            self._listed.add(segment)  # another schema of the stream finds the manifest this one creates
+            return True
 
     def _is_new_stream(self, stream_dir: str) -> bool:
-        """Whether the stream had no object at all when this run listed the tap's streams (once, before
-        its first lock): its first manifest is then created without a read or a scan (SPEC.md §7)."""
+        """For a stream whose manifest read found none: whether the tap's listing, taken once per run at the
+        first such stream (before this run locks any stream it judges new by it), shows no directory for it."""
         parent, segment = stream_dir.rsplit("/", 1)
         with self._listing:
             if self._listed is None:
                 self._listed = set(self.lake.storage.list_dirs(f"{parent}/"))
             new = segment not in self._listed
-            self._listed.add(segment)  # another schema of the stream finds the manifest this one creates
+            self._listed.add(segment)
         return new
+
+    def _remember(self, stream: str, manifest: Manifest | None) -> None:
+        """Keep the newest manifest of the stream this run has seen (the caller holds ``_metadata``)."""
+        known = self._latest.get(stream)
+        if manifest is not None and (known is None or manifest.commits >= known.commits or manifest.generation != known.generation):
+            self._latest[stream] = manifest
 
     def _new_writer(self, schema: Any) -> SchemaWriter:
         s = self.settings
@@ -225,16 +297,26 @@ class Drain:
     ) -> Manifest | None:
         """One stream's segments and marks, in arrival order; returns its manifest after the last commit.
 
-        ``final``: then the stream's locks are released at once, beside other streams' commits
-        (``close`` skips them), instead of all after every commit.
+        Each commit starts from the stream's manifest as this run last saw it (one conditional write
+        when nobody else wrote since). A commit that changed the stream's catalogue entry leaves it to
+        ``_publish``. ``final``: then the stream's locks are released at once, beside other streams'
+        commits, unless its entry is still to be written (``_run`` releases those after ``_publish``).
         """
         manifest = None
         for item in items:
+            last = self._latest.get(stream)
             if isinstance(item, Segment):
-                manifest = self.writers[(stream, item.schema.hash)].result().commit(files_of[id(item)], publish=False)
+                manifest = self.writers[(stream, item.schema.hash)].result().commit(files_of[id(item)], publish=False, last=last)
             else:
-                manifest = self._record_activation(stream, item)
-        if final:
+                manifest = self._record_activation(stream, item, last)
+            with self._metadata:
+                self._remember(stream, manifest)
+        if manifest is not None and manifest.versions:
+            entry = cat.catalog_entry(manifest, self.lake.paths(manifest.tap_id, manifest.stream).stream_dir)
+            with self._metadata:
+                if self._published.get(stream) != entry:
+                    self._unpublished[stream] = entry
+        if final and stream not in self._unpublished:
             with self._writers_lock:
                 mine = [future for (name, _), future in self.writers.items() if name == stream]
             for future in mine:
@@ -242,26 +324,41 @@ class Drain:
                     log.warning("could not release %s: %s", future.result().lock.key, outcome)
         return manifest
 
-    def _record_activation(self, stream: str, item: ActivateVersion) -> Manifest:
+    def _release(self, streams) -> None:
+        """Release, side by side, the locks still held of ``streams`` whose catalogue entries are written."""
+        with self._writers_lock:
+            held = [
+                future.result()
+                for (stream, _), future in self.writers.items()
+                if stream in streams and future.done() and future.exception() is None and future.result().lock.held
+            ]
+        held = [writer for writer in held if writer.stream not in self._unpublished]
+        for writer, outcome in zip(held, self._pool.map(_release, held), strict=True):
+            if outcome is not None:
+                log.warning("could not release %s: %s", writer.lock.key, outcome)
+
+    def _record_activation(self, stream: str, item: ActivateVersion, last: Manifest | None = None) -> Manifest:
         def change(manifest: Manifest) -> None:
             manifest.add_activation(item.version, iso_ms(item.received_ms))
 
-        return self.lake.update_manifest(self.lake.paths(self.settings.tap_id, stream), change)
+        paths = self.lake.paths(self.settings.tap_id, stream)
+        return update_manifest(self.lake.storage, paths, change, seed=lambda: scan_stream(self.lake.storage, paths), last=last)
 
-    def _publish(self, manifests: list[Manifest | None]) -> None:
-        """Catalogue entries that changed since this run last wrote them, in one update; the tap once a run."""
-        changed = []
-        for manifest in manifests:
-            if manifest is not None and manifest.versions:
-                entry = cat.catalog_entry(manifest, self.lake.paths(manifest.tap_id, manifest.stream).stream_dir)
-                if self._published.get(manifest.stream) != entry:
-                    changed.append(entry)
-        if changed:
-            self.lake.publish_catalogue(self.settings.tap_id, changed)
-            self._published.update((entry["tap_stream_id"], entry) for entry in changed)
-        if not self._registered and self._published:
+    def _publish(self) -> None:
+        """The catalogue entries this run's commits changed, in one update; ``singerlake.json`` when due."""
+        with self._metadata:
+            entries = list(self._unpublished.values())
+        if entries:
+            self.lake.publish_catalogue(self.settings.tap_id, entries)
+            with self._metadata:
+                for entry in entries:
+                    stream = entry["tap_stream_id"]
+                    self._published[stream] = entry
+                    if self._unpublished.get(stream) == entry:
+                        del self._unpublished[stream]
+        if self._tap_due and self._published:
             self.lake.register_tap(self.settings.tap_id, self.settings.annotations)
-            self._registered = True
+            self._tap_due = False
 
     def _report(self, records: int, streams: int, files: int, started: float, written: float) -> None:
         self._batches += 1

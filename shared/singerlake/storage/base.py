@@ -90,8 +90,9 @@ class Storage(ABC):
         """Delete; with ``if_match`` only that version (PreconditionFailed otherwise). Missing is fine."""
 
     @abstractmethod
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        """Every object whose key starts with ``prefix``, in key order."""
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
+        """Every object whose key starts with ``prefix``, in key order; with ``start_after``, only keys
+        after it (S3 lists from there: a log's newest entries cost one request however long it grew)."""
 
     @abstractmethod
     def list_dirs(self, prefix: str) -> list[str]:

@@ -211,7 +211,7 @@ class LocalStorage(Storage):
                 raise PreconditionFailed(f"{self.url_of(key)} changed (expected etag {if_match})")
             path.unlink()
 
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
         base = self.root.joinpath(*prefix.split("/")[:-1]) if "/" in prefix else self.root
         found = []
         for dirpath, dirnames, filenames in os.walk(base):
@@ -221,7 +221,7 @@ class LocalStorage(Storage):
                     continue
                 full = Path(dirpath, name)
                 key = full.relative_to(self.root).as_posix()
-                if key.startswith(prefix):
+                if key.startswith(prefix) and (start_after is None or key > start_after):
                     try:
                         stat = full.stat()
                     except FileNotFoundError:

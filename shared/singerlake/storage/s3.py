@@ -215,13 +215,14 @@ class S3Storage(Storage):
                 error = PreconditionFailed(f"{self.url_of(key)} no longer exists (expected etag {if_match})")
             raise error from exc
 
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
         # Sorted here: S3-compatible servers differ from AWS's byte order (SeaweedFS lists a
         # "directory" before the keys beside it, raw/a/x/1 before raw/a/x-1).
         paginator = self.client.get_paginator("list_objects_v2")
         found = []
         try:
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + prefix):
+            after = {"StartAfter": self.prefix + start_after} if start_after else {}
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + prefix, **after):
                 for item in page.get("Contents", []):
                     key = item["Key"][len(self.prefix) :]
                     found.append(ObjectInfo(key, item["Size"], item["LastModified"].timestamp()))

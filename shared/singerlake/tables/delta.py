@@ -8,14 +8,19 @@ no second file to keep in step with it.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from singerlake.commits.errors import CommitRejected
 from singerlake.format.names import encode_segment
 from singerlake.storage import LocalStorage, S3Storage, Storage
+from singerlake.tables import delta_log
 
 STATE_KEY = "singerlake"
+TABLE_CONFIGURATION = {"delta.checkpointInterval": str(delta_log.CHECKPOINT_INTERVAL)}  # delta-rs's own commits keep the same pace
+CLIENT = "singerlake"
 
 
 def table_key(tap_id: str, stream: str) -> str:
@@ -63,64 +68,89 @@ class Published:
 
     version: int | None  # None: no table yet
     state: dict[str, Any] | None
-    table: Any = None  # the DeltaTable loaded at ``version``: the commit builds on exactly it
     state_version: int | None = None  # the version of the commit that carries ``state`` (later ones, a vacuum's, change no file)
+    checkpoint: int | None = None  # the version of the table's latest checkpoint
 
 
-def open_table(storage: Storage, key: str):
+def open_table(storage: Storage, key: str, version: int | None = None):
+    """The table loaded by delta-rs (at ``version``, else its latest), or None when there is none. A
+    load replays the log from its last checkpoint: for vacuum and readers, never a project run's plan."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
-    uri, options = table_uri(storage, key), storage_options(storage)
-    if not DeltaTable.is_deltatable(uri, storage_options=options):
+    try:  # not DeltaTable.is_deltatable: it holds the GIL while it waits on storage
+        return DeltaTable(table_uri(storage, key), version=version, storage_options=storage_options(storage))
+    except TableNotFoundError:
         return None
-    return DeltaTable(uri, storage_options=options)
 
 
 def latest(storage: Storage, key: str) -> Published:
     """The table's version and the state of the latest commit written by a project run (later commits
-    of other writers, such as a vacuum, carry none)."""
-    table = open_table(storage, key)
-    if table is None:
+    of other writers, such as a vacuum's fence, carry none): the log's newest entries only."""
+    head = delta_log.head(storage, key)
+    if head.version is None:
         return Published(None, None)
-    for commit in table.history():
-        if STATE_KEY in commit:
-            return Published(table.version(), commit[STATE_KEY], table, commit["version"])
-    return Published(table.version(), None, table)
+    for earlier in range(head.version, -1, -1):
+        actions = delta_log.read_actions(storage, key, earlier)
+        if actions is None:  # the log was cleaned up below here
+            break
+        info = next((action["commitInfo"] for action in actions if "commitInfo" in action), {})
+        if STATE_KEY in info:
+            return Published(head.version, info[STATE_KEY], earlier, head.checkpoint)
+    return Published(head.version, None, checkpoint=head.checkpoint)
 
 
-def fence(published: Published) -> bool:
+def fence(storage: Storage, key: str, published: Published) -> bool:
     """Commit the version after ``published`` with no actions (SPEC.md §15): a project run that planned
     from it or earlier can no longer commit. False when another commit took that version first."""
-    from deltalake.exceptions import CommitFailedError
-    from deltalake.transaction import CommitProperties
-
-    properties = CommitProperties(custom_metadata={"singerlake-vacuum": "fence"}, max_commit_retries=0)
+    info = {"timestamp": int(time.time() * 1000), "operation": "WRITE", "operationParameters": {"mode": "Append"}}
     try:
-        published.table.create_write_transaction([], mode="append", schema=published.table.schema(), commit_properties=properties)
-    except CommitFailedError:
+        _commit_actions(storage, key, published, [{"commitInfo": info | {"singerlake-vacuum": "fence"}}])
+    except CommitRejected:
         return False
     return True
 
 
-def commit(storage: Storage, key: str, base: Published, schema, adds: list[dict], removes: list[str], overwrite: bool, state: dict) -> int:
-    """One transaction: add ``adds`` (``{"path", "size", "rows"}``, paths relative to the table), remove
-    ``removes`` (or, with ``overwrite``, every current file) and record ``state``. Never retried: when
-    another run committed since ``base`` was read, this fails and the table is unchanged."""
-    import json
+def _commit_actions(storage: Storage, key: str, base: Published, actions: list[dict]) -> int:
+    """The version after ``base``, create-only, and the checkpoint when one is due."""
+    version = base.version + 1
+    delta_log.write(storage, key, version, actions)
+    if delta_log.checkpoint_due(version):
+        delta_log.write_checkpoint(storage, key, version, delta_log.Head(base.version, base.checkpoint), actions)
+    return version
 
+
+def commit(storage: Storage, key: str, base: Published, schema, adds: list[dict], removes: list[dict], overwrite: bool, state: dict) -> int:
+    """One transaction: add ``adds`` and remove ``removes`` (``{"path", "size", "rows"}``, paths
+    relative to the table; with ``overwrite``, every current file and a new schema) and record ``state``.
+    Never retried: when another run committed since ``base`` was read, CommitRejected and the table is
+    unchanged. A plain commit is one create-only log entry; creating the table and changing its schema
+    (rare) go through delta-rs, which writes the protocol and metadata actions."""
     from deltalake import Schema
-    from deltalake.transaction import AddAction, CommitProperties, RemoveAction, create_table_with_add_actions
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.transaction import AddAction, CommitProperties, create_table_with_add_actions
 
     now = int(time.time() * 1000)
-    actions = [AddAction(a["path"], a["size"], {}, now, True, json.dumps({"numRecords": a["rows"]})) for a in adds]
+    stats = lambda add: json.dumps({"numRecords": add["rows"]})  # noqa: E731
+    if base.version is not None and not overwrite:
+        info = {"timestamp": now, "operation": "WRITE", "operationParameters": {"mode": "Append"}, "clientVersion": CLIENT}
+        info[STATE_KEY] = state
+        removed = [{"remove": {"path": r["path"], "deletionTimestamp": now, "dataChange": True, "extendedFileMetadata": True,
+                               "partitionValues": {}, "size": r["size"]}} for r in removes]  # fmt: skip
+        added = [{"add": {"path": a["path"], "partitionValues": {}, "size": a["size"], "modificationTime": now, "dataChange": True,
+                          "stats": stats(a)}} for a in adds]  # fmt: skip
+        return _commit_actions(storage, key, base, [{"commitInfo": info}, *removed, *added])
+    actions = [AddAction(a["path"], a["size"], {}, now, True, stats(a)) for a in adds]
     properties = CommitProperties(custom_metadata={STATE_KEY: state}, max_commit_retries=0)
-    if base.table is None:
-        uri = table_uri(storage, key)
+    if base.version is None:
         create_table_with_add_actions(
-            uri, Schema.from_arrow(schema), actions, mode="error", storage_options=storage_options(storage), commit_properties=properties
-        )
+            table_uri(storage, key), Schema.from_arrow(schema), actions, mode="error", configuration=TABLE_CONFIGURATION,
+            storage_options=storage_options(storage), commit_properties=properties,
+        )  # fmt: skip
         return 0
-    if not overwrite:
-        actions += [RemoveAction(path, True, now) for path in removes]
-    base.table.create_write_transaction(actions, mode="overwrite" if overwrite else "append", schema=schema, commit_properties=properties)
+    try:
+        table = open_table(storage, key, base.version)
+        table.create_write_transaction(actions, mode="overwrite", schema=schema, commit_properties=properties)
+    except CommitFailedError:
+        raise CommitRejected(f"{storage.url_of(key)}: version {base.version + 1} was committed by another writer first") from None
     return base.version + 1

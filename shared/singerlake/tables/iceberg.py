@@ -29,6 +29,9 @@ from singerlake.tables import delta
 DELTA_VERSION = "singerlake.delta-version"
 POSITION = "singerlake.position"
 NAME_MAPPING = "schema.name-mapping.default"
+# A commit per run: metadata files older than the last 100 are deleted as each commit is made (their
+# snapshots are still listed by the newer ones until vacuum expires them).
+BOUNDED_METADATA = {"write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "100"}
 STREAM = "singerlake.stream"  # table property: the stream it holds (two names may map to one table name)
 
 
@@ -203,6 +206,15 @@ def evolve_schema(tx, arrow_schema) -> None:
         update.union_by_name(arrow_schema)
 
 
+def live_manifests_only(producer):
+    """A snapshot producer that leaves out the parent's manifests holding no live file (only files an
+    earlier snapshot deleted), as Java's Iceberg does; pyiceberg carries them into every later
+    snapshot, so a table committed once per run would list one more manifest per run, for ever."""
+    existing = producer._existing_manifests
+    producer._existing_manifests = lambda: [m for m in existing() if m.has_added_files() or m.has_existing_files()]
+    return producer
+
+
 def sync(storage: Storage, catalog, tap_id: str, stream: str, published: delta.Published, arrow_schema) -> int | None:
     """Make the Iceberg table's files the Delta table's at ``published`` in ONE snapshot (none when
     it mirrors that version or a later one already). Returns the table's current snapshot id."""
@@ -221,13 +233,14 @@ def sync(storage: Storage, catalog, tap_id: str, stream: str, published: delta.P
         tx = table.transaction()
         evolve_schema(tx, arrow_schema)
         mapping = tx.table_metadata.schema().name_mapping.model_dump_json()
-        if tx.table_metadata.properties.get(NAME_MAPPING) != mapping:
-            tx.set_properties(**{NAME_MAPPING: mapping})
+        wanted_properties = {NAME_MAPPING: mapping} | BOUNDED_METADATA
+        if any(tx.table_metadata.properties.get(name) != value for name, value in wanted_properties.items()):
+            tx.set_properties(**wanted_properties)
         properties = {DELTA_VERSION: str(published.state_version), POSITION: str(published.state["position"])}
         removed = [file for path, file in current.items() if path not in wanted]
         added = sorted(wanted - set(current))
         snapshot = tx.update_snapshot(snapshot_properties=properties)
-        with snapshot.overwrite() if removed else snapshot.fast_append() as producer:
+        with live_manifests_only(snapshot.overwrite() if removed else snapshot.fast_append()) as producer:
             for file in removed:
                 producer.delete_data_file(file)
             for path in added:

@@ -72,7 +72,44 @@ def write_staging(storage: Storage, prefix: str, staging, properties: dict, need
     storage.write(key, buffer.getvalue(), if_none_match=True)
     if needs is None:
         needs = records_needs(properties, records_of(staging))
-    return {"staging": key, "rows": staging.num_rows, "needs": needs}
+    part = {"staging": key, "rows": staging.num_rows, "needs": needs, "bytes": len(buffer.getvalue())}
+    keys = key_range(staging["_key"])
+    return part | ({"keys": keys} if keys is not None else {})
+
+
+# -- key ranges: which parts may hold a key, without reading them ---------------------------------------
+def _ordered(keys):
+    """Keys ordered by (UTF-8 length, text): any total order serves; this one is numeric for integer
+    keys (``[999]`` < ``[1000]``), so a part of older ids never holds a newer id's range."""
+    import pyarrow.compute as pc
+
+    return pc.binary_length(keys)
+
+
+def key_range(keys) -> list[str] | None:
+    """The least and greatest ``_key`` of a part by (length, text) (SPEC.md §12); None without keys."""
+    import pyarrow.compute as pc
+
+    keys = keys.drop_null()
+    if not len(keys):
+        return None
+    lengths = _ordered(keys)
+    low, high = pc.min_max(lengths).values()
+    return [pc.min(keys.filter(pc.equal(lengths, low))).as_py(), pc.max(keys.filter(pc.equal(lengths, high))).as_py()]
+
+
+def may_hold(part: dict, keys) -> bool:
+    """Whether the part's key range (a part without one: any key) takes in any of ``keys``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if "keys" not in part:
+        return True
+    (low, high), lengths = part["keys"], _ordered(keys)
+    low_length, high_length = pa.scalar(len(low.encode()), lengths.type), pa.scalar(len(high.encode()), lengths.type)
+    after = pc.or_(pc.greater(lengths, low_length), pc.and_(pc.equal(lengths, low_length), pc.greater_equal(keys, low)))
+    before = pc.or_(pc.less(lengths, high_length), pc.and_(pc.equal(lengths, high_length), pc.less_equal(keys, high)))
+    return bool(pc.any(pc.and_(after, before)).as_py())
 
 
 def trim_part(storage: Storage, item: dict, part: dict, staging, keep) -> tuple[dict, Any]:

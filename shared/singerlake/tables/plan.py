@@ -95,8 +95,12 @@ def plan_stream(lake: Lake, tap_id: str, stream: str, hard: bool = False) -> Str
     plan.files = plan_files(manifest, set(manifest.versions), after, manifest.commits)
     known, unread = StatsReader(manifest.versions, plan.properties).split(plan.files)
     plan.needs = None if unread else known
-    sizes = {info.key: info.size for info in lake.storage.list(f"{plan.staging}/")}
-    plan.previous_bytes = sum(sizes.get(part["staging"], 0) for part in plan.state["parts"])
+    parts = plan.state["parts"]
+    if all("bytes" in part for part in parts):
+        plan.previous_bytes = sum(part["bytes"] for part in parts)
+    else:  # parts of a table written before parts recorded their size
+        sizes = {info.key: info.size for info in lake.storage.list(f"{plan.staging}/")}
+        plan.previous_bytes = sum(sizes.get(part["staging"], 0) for part in parts)
     return plan
 
 
@@ -130,7 +134,7 @@ def run_result(kept: list[dict], added: list[dict], replaced: list[dict], overwr
     return {
         "parts": kept + added,
         "adds": kept + added if overwrite else added,
-        "removes": [part["published"] for part in replaced],
+        "removes": [{"path": part["published"], "size": part["size"]} for part in replaced],
         "overwrite": overwrite,
         "types": types,
         "schema": schema,

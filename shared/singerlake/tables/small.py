@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from concurrent.futures import ThreadPoolExecutor
 
+from singerlake.format.exact import join_all, records_needs
 from singerlake.lake import Lake
 from singerlake.spark.runner import (
     Failures,
@@ -13,7 +14,7 @@ from singerlake.spark.runner import (
 )
 from singerlake.storage import Storage
 from singerlake.tables.deletes import apply_deletes, deletes_changed, run_types, table_properties
-from singerlake.tables.parts import publish, read_parquet, trim_part, write_csv_twin, write_staging
+from singerlake.tables.parts import may_hold, publish, read_parquet, records_of, trim_part, write_csv_twin, write_staging
 from singerlake.tables.plan import StreamPlan, run_result, schema_text, work_item
 from singerlake.tables.staging import CPU_THREADS, conform, current_indices, read_new_records
 
@@ -21,12 +22,42 @@ STREAMS_PER_TASK = 16
 
 
 PART_ROWS = 1 << 18  # a small stream's new rows are parts of at most this many: an update rewrites the parts holding its keys
+OPEN_PART_BYTES = 2 << 20  # a last part under this many stored bytes takes the next run's new rows: a bounded rewrite
 
 
 # -- small streams: one work item each, all in one Spark job ---------------------------------------
+def open_tail(parts: list[dict], part_rows: int) -> dict | None:
+    """The stream's last part while it is small (SPEC.md §12): a run's new rows join it, so a stream
+    projected after every small landing keeps a bounded number of parts."""
+    tail = parts[-1] if parts else None
+    if tail is None or "bucket" in tail or tail.get("bytes", OPEN_PART_BYTES) >= OPEN_PART_BYTES or tail["rows"] >= part_rows:
+        return None
+    return tail
+
+
+def join_tail(storage: Storage, item: dict, tail: dict, updated, new, typed, typing):
+    """``(rows, typed, needs)``: the tail part's rows whose keys no new record updates, then the new rows
+    (both in position order); their published rows when the tail's are typed as the new ones are
+    (else None); and the tail's needs joined with the new rows' (None: found from the new rows' records)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    staging = conform(read_parquet(storage, tail["staging"]))
+    keep = pc.invert(pc.is_in(staging["_key"], value_set=updated)) if len(updated) else None
+    rows = staging if keep is None else staging.filter(keep)
+    if typed is not None and typing[1] == item["types"]:  # the tail's file is typed alike: no row decoded again
+        published = read_parquet(storage, f"{item['table']}/{tail['published']}")
+        typed = pa.concat_tables([published if keep is None else published.filter(keep), typed.cast(published.schema)])
+    else:
+        typed = None
+    new_needs = item["needs"] if item["needs"] is not None else records_needs(item["properties"], records_of(new))
+    return pa.concat_tables([rows, new]), typed, join_all([tail["needs"], new_needs])
+
+
 def project_on_executor(storage: Storage, item: dict) -> dict:
-    """Executor side: project one small stream: rewrite the parts a new record updates, add the new
-    current rows as one part, publish what changed (everything when the column types changed)."""
+    """Executor side: project one small stream: rewrite the parts a new record updates (only those whose
+    key range may hold one are read), add the new current rows to the open tail part or as a new part,
+    publish what changed (everything when the column types changed)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -40,9 +71,11 @@ def project_on_executor(storage: Storage, item: dict) -> dict:
     new = read if rows is None else read.take(rows)
     typed = typed if typed is None or rows is None else typed.take(rows)
     updated = pc.unique(new["_key"]) if keyed and item["parts"] else pa.array([], pa.string())
+    tail = open_tail(item["parts"], item["part_rows"]) if not activations and new.num_rows else None
     kept, replaced, fresh, trimmed = [], [], [], []
-    for part in item["parts"]:
-        if len(updated) and pc.any(pc.is_in(read_parquet(storage, part["staging"], ["_key"])["_key"], value_set=updated)).as_py():
+    for part in item["parts"][:-1] if tail else item["parts"]:
+        holds = len(updated) and may_hold(part, updated)
+        if holds and pc.any(pc.is_in(read_parquet(storage, part["staging"], ["_key"])["_key"], value_set=updated)).as_py():
             staging = conform(read_parquet(storage, part["staging"]))
             replaced.append(part)
             keep = pc.invert(pc.is_in(staging["_key"], value_set=updated))
@@ -64,6 +97,9 @@ def project_on_executor(storage: Storage, item: dict) -> dict:
     if typed is not None and typed.num_rows != new.num_rows:  # hard deletes left rows out: typed again
         typed = None
     new_needs = None if activations else item["needs"]  # the files' statistics: not the deletion times activations add
+    if tail is not None:
+        replaced.append(tail)
+        new, typed, new_needs = join_tail(storage, item, tail, updated, new, typed, typing)
     write = functools.partial(write_staging, storage, item["staging"], properties=properties)
     with ThreadPoolExecutor(CPU_THREADS) as pool:  # Parquet and zstd release the GIL
         written = list(pool.map(lambda rows: (write(staging=rows, needs=None), rows, None), [t for t in fresh if t.num_rows]))
@@ -79,8 +115,9 @@ def project_on_executor(storage: Storage, item: dict) -> dict:
     same = typing is not None and typing[1] == types  # else the new rows are typed again
     with ThreadPoolExecutor(CPU_THREADS) as pool:
         kept = list(pool.map(publish_part, kept)) if overwrite else kept
-        added = list(pool.map(lambda w: publish_part(w[0], staging=w[1], published=w[2] if same else None), written))
-        added += list(pool.map(lambda t: publish_part(t[0], published=None if overwrite else t[1]), trimmed))
+        added = list(pool.map(lambda t: publish_part(t[0], published=None if overwrite else t[1]), trimmed))
+        # the newest rows last: the open tail
+        added += list(pool.map(lambda w: publish_part(w[0], staging=w[1], published=w[2] if same else None), written))
     if item["csv"]:
         kept = [part if "csv" in part else write_csv_twin(storage, item["table"], part) for part in kept]
     return run_result(kept, added, replaced, overwrite, types, schema)

@@ -58,7 +58,7 @@ def current_rows(lake: Lake, spark, tap_id: str, stream: str):
     published = delta.latest(lake.storage, key)
     if published.state is None:
         return None
-    schema = from_arrow_schema(pa.schema(published.table.schema().to_arrow()))
+    schema = from_arrow_schema(pa.schema(delta.open_table(lake.storage, key, published.version).schema().to_arrow()))
     files = [f"{key}/{part['published']}" for part in published.state["parts"]]
     if not files:
         return spark.createDataFrame([], schema)
