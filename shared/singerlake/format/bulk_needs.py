@@ -17,12 +17,13 @@ by value, with the same result.
 
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Iterable
 from decimal import Decimal
 from functools import lru_cache
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import attrgetter, is_not
 from typing import Annotated, Any
 
 import msgspec
@@ -85,7 +86,8 @@ class BlockNeeds:
     def __init__(self, properties: dict[str, Any]):
         self.properties = properties
         self._schema = msgspec.json.encode(properties)
-        self._columns = [(name, spec, attrgetter(f"p{index}")) for index, (name, spec) in enumerate(properties.items())]
+        # each column read straight from the decoded lines: most columns stop at their first value
+        self._columns = [(name, spec, attrgetter(f"record.p{index}")) for index, (name, spec) in enumerate(properties.items())]
         self.undeclared: tuple[str, ...] = ()  # learned so far: later blocks are read with them
 
     def block_needs(self, lines: bytes, count: int | None = None) -> tuple[dict[str, Need], set[str]] | None:
@@ -94,18 +96,17 @@ class BlockNeeds:
         decoded = self._decode(lines)
         if decoded is None or len(decoded) != (lines.count(b"\n") if count is None else count):  # a blank line, or two values on one
             return None
-        records = list(map(attrgetter("record"), decoded))
-        needs = {name: column_need(spec, map(get, records)) for name, spec, get in self._columns}
+        needs = {name: column_need(spec, map(get, decoded)) for name, spec, get in self._columns}
         found = set()
         for index, name in enumerate(self.undeclared):
-            if any(value is not ABSENT for value in map(attrgetter(f"u{index}"), records)):
+            if any(map(is_not, map(attrgetter(f"record.u{index}"), decoded), repeat(ABSENT))):
                 found.add(name)
         return needs, found
 
     def _decode(self, lines: bytes) -> list | None:
         while (decoder := _decoder(self._schema, self.undeclared)) is not None:
             try:
-                return decoder.decode_lines(lines)
+                return _without_gc(decoder, lines)
             except msgspec.ValidationError as exc:
                 unknown = _UNKNOWN.fullmatch(str(exc))
                 name = unknown and unknown.group(1)
@@ -117,12 +118,30 @@ class BlockNeeds:
         return None
 
 
+def _without_gc(decoder: msgspec.json.Decoder, lines: bytes) -> list:
+    """``decoder.decode_lines(lines)`` with the cyclic collector paused: the decoded lists (and the
+    result) would start a collection every few hundred values, each walking every young object
+    (half the decoding time, 1M records), and what it makes holds no cycle. One C call under the
+    GIL: no other thread runs meanwhile, and only the caller that paused it starts it again."""
+    if not gc.isenabled():
+        return decoder.decode_lines(lines)
+    gc.disable()
+    try:
+        return decoder.decode_lines(lines)
+    finally:
+        gc.enable()
+
+
 def column_need(spec: Any, values: Iterable) -> Need:
     """``exact.column_need`` of a column as the decoder gave it (null or absent: None; in text
     columns ``ABSENT`` and the text ``null``)."""
     kind = declared(spec)
     if kind in PLAIN_KINDS:
         return PLAIN_KINDS[kind] if any(value is not None for value in values) else None
+    if _by_presence(spec):
+        return _Presence(spec).need(values)
+    if kind == "number":
+        return numbers_need(b"\n".join(values))
     values = list(values)
     if kind in TIME_PARSERS:
         present = [value for value in values if value is not None] if None in values else values
@@ -137,9 +156,74 @@ def column_need(spec: Any, values: Iterable) -> Need:
         if not filled and all(value is None for value in values):
             return None
         return _nested({"list": column_need(spec["items"], chain.from_iterable(filled))})
-    if kind == "number":
-        return numbers_need(b"\n".join(values))
     return "json" if any(value is not ABSENT and bytes(value) != b"null" for value in values) else None
+
+
+def _by_presence(spec: Any) -> bool:
+    """Whether a column's need follows from which of its parts hold a value: no number, date or time
+    anywhere in it (the decoder checked each value's kind; JSON text needs ``"json"`` whatever it holds)."""
+    kind = declared(spec)
+    if kind == "struct":
+        return all(_by_presence(child) for child in spec["properties"].values())
+    if kind == "list":
+        return _by_presence(spec["items"])
+    return kind not in ("number", *TIME_PARSERS)
+
+
+def _holds(value: Any) -> bool:
+    """Whether a decoded value is one (not null, not absent)."""
+    return value is not None and value is not ABSENT and not (isinstance(value, msgspec.Raw) and bytes(value) == b"null")
+
+
+class _Presence:
+    """Which parts of a column (``_by_presence``) hold a value, seen value by value until every part
+    has shown one (mostly at the first record), then its need."""
+
+    def __init__(self, spec: Any):
+        self.kind = declared(spec)
+        self.held = False
+        self.done = False
+        if self.kind == "struct":
+            self.children = [
+                (name, attrgetter(f"p{index}"), _Presence(child)) for index, (name, child) in enumerate(spec["properties"].items())
+            ]
+        elif self.kind == "list":
+            self.items = _Presence(spec["items"])
+
+    def see(self, value: Any) -> None:
+        """Note a value (not null) of this part."""
+        self.held = True
+        if self.kind == "struct":
+            for _, get, child in self.children:
+                if not child.done and _holds(part := get(value)):
+                    child.see(part)
+            self.done = all(child.done for _, _, child in self.children)
+        elif self.kind == "list":
+            for item in value:
+                if self.items.done:
+                    break
+                if _holds(item):
+                    self.items.see(item)
+            self.done = self.items.done
+        else:
+            self.done = True
+
+    def need(self, values: Iterable) -> Need:
+        for value in values:
+            if _holds(value):
+                self.see(value)
+                if self.done:
+                    break
+        return self.found()
+
+    def found(self) -> Need:
+        if not self.held:
+            return None
+        if self.kind == "struct":
+            return _nested({"struct": {name: child.found() for name, _, child in self.children}})
+        if self.kind == "list":
+            return _nested({"list": self.items.found()})
+        return PLAIN_KINDS.get(self.kind, "json")
 
 
 def all_times(texts: list[str], kind: str) -> bool:

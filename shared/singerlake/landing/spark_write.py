@@ -141,15 +141,22 @@ class _FileBuilder:
         self.records += records
         self.start, self.end = min(self.start, start), max(self.end, end)
 
-    def finish(self) -> tuple[int, int, str]:
+    def store(self) -> dict:
+        """Write the file; its metadata record. (Waits on storage mostly: its statistics are found meanwhile.)"""
         job = self.job
         data = b"".join(self.parts)
         start, end = int(self.start), int(self.end)
-        record = store(job.storage, job.paths, job.schema_hash, data, start, end, self.records, job.work_id, self.file_id)
-        needs = FileNeeds(job.properties)
-        for member, records in zip(self.parts[1:], self.counts, strict=True):  # decoded once more here, so no reader has to
+        return store(job.storage, job.paths, job.schema_hash, data, start, end, self.records, job.work_id, self.file_id)
+
+    def statistics(self) -> dict:
+        """The file's column statistics (SPEC.md §5), from its RECORD members: decoded once more here, so no reader has to."""
+        needs = FileNeeds(self.job.properties)
+        for member, records in zip(self.parts[1:], self.counts, strict=True):
             needs.add_member(member, records)
-        return self.segment, self.first_chunk, json.dumps({**record, **needs.fields()})
+        return needs.fields()
+
+    def row(self, record: dict, statistics: dict) -> tuple[int, int, str]:
+        return self.segment, self.first_chunk, json.dumps({**record, **statistics})
 
 
 def _chunks(batch) -> Iterator[tuple[int, int, str, memoryview, int, int, int, int]]:
@@ -182,16 +189,19 @@ def write_partition(jobs: list[FileJob], batches: Iterator[Any]) -> Iterator[Any
     """
     stored: list[tuple[int, int, str]] = []
     with ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="singerlake-store") as pool:
-        pending: deque[tuple[Future, int]] = deque()
+        pending: deque[tuple[_FileBuilder, Future, Future]] = deque()  # a file's statistics and its store, side by side
         backlog = 0  # gzipped bytes of the files in ``pending``
+
+        def done(builder: _FileBuilder, statistics: Future, record: Future) -> None:
+            nonlocal backlog
+            stored.append(builder.row(record.result(), statistics.result()))
+            backlog -= builder.stored_bytes
 
         def finish(builder: _FileBuilder) -> None:
             nonlocal backlog
-            while pending and (pending[0][0].done() or backlog >= WRITE_BACKLOG_BYTES):
-                future, size = pending.popleft()
-                stored.append(future.result())
-                backlog -= size
-            pending.append((pool.submit(builder.finish), builder.stored_bytes))
+            while pending and ((pending[0][1].done() and pending[0][2].done()) or backlog >= WRITE_BACKLOG_BYTES):
+                done(*pending.popleft())
+            pending.append((builder, pool.submit(builder.statistics), pool.submit(builder.store)))
             backlog += builder.stored_bytes
 
         builder = None
@@ -208,7 +218,8 @@ def write_partition(jobs: list[FileJob], batches: Iterator[Any]) -> Iterator[Any
                     builder = None
         if builder is not None:
             finish(builder)
-        stored.extend(future.result() for future, _ in pending)
+        while pending:
+            done(*pending.popleft())
     segments, firsts, metas = zip(*stored, strict=True) if stored else ((), (), ())
     yield result_batch(RESULT_COLUMNS, segment=list(segments), first_chunk=list(firsts), meta=list(metas))
 
