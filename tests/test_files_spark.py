@@ -180,7 +180,7 @@ def test_a_file_the_executors_cannot_read_fails_its_chunk_only(tmp_path, spark, 
     sources = [Source(Path(p), len(data), os.stat(p).st_mtime_ns, T0, None) for p, data in sorted(made.items())]
     sources.append(Source(tmp_path / "gone.txt", 3, 0, T0, None))
     monkeypatch.setattr(spark_push, "COMMIT_FILES", 2)
-    with pytest.raises(spark_push.PushFailed, match=r"1 file\(s\) could not be pushed \(4 file\(s\) committed.*gone.txt"):
+    with pytest.raises(spark_push.PushFailed, match=r"1 file could not be pushed \(4 files committed.*gone.txt"):
         spark_push.push_on_spark(spark, storage, sources, what="w", where="x", work_id="r1")
     assert sorted(r["path"] for r in Lake(storage).find_files("w", work_id="r1")) == sorted(made)
 
