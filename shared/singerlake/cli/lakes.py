@@ -8,15 +8,14 @@ import importlib.util
 
 from singerlake.errors import ConfigError
 from singerlake.lake import Lake
-from singerlake.settings import shared
+from singerlake.settings import storage_options
 from singerlake.spark import placement
-from singerlake.storage import s3_options
 
 
 def lake_options(args: argparse.Namespace) -> dict:
     """The storage options of the command line's ``--s3-*`` options, else of ``$SINGERLAKE_S3_*`` (the keys only
     from there: no secret on a command line), the names Meltano gives the ``singerlake`` utility's settings."""
-    return s3_options(lambda name: getattr(args, name, None) or shared(name))
+    return storage_options(vars(args))
 
 
 def open_lake(args: argparse.Namespace, files: bool = False) -> Lake:
