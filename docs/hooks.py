@@ -79,7 +79,7 @@ def settings_page() -> str:
     ]
     for title, plugin in (("target-singerlake (loader)", TargetSingerlake), ("tap-singerlake (extractor)", TapSingerlake)):
         lines += [f"## {title}", "", "| setting | type | secret | default | description |", "|---|---|---|---|---|"]
-        for name, prop in plugin.config_jsonschema["properties"].items():
+        for name, prop in plugin.declared_settings.to_dict()["properties"].items():
             kinds = [prop["type"]] if isinstance(prop.get("type"), str) else [t for t in prop.get("type", []) if t != "null"]
             kind = "/".join(kinds) + (f" ({', '.join(map(str, prop['enum']))})" if "enum" in prop else "")
             default = json.dumps(prop["default"]) if "default" in prop else ""

@@ -104,7 +104,8 @@ class TapSingerlake(Tap):
         PluginCapabilities.FLATTENING,
         PluginCapabilities.STRUCTURED_LOGGING,
     ]
-    config_jsonschema = th.PropertiesList(
+    # Ours alone: the SDK adds its standard settings to config_jsonschema in some processes, not others.
+    declared_settings = th.PropertiesList(
         *(th.Property(s.name, th.StringType, description=s.description, secret=s.secret, default=s.default) for s in LAKE_LOCATION),
         th.Property("tap_id", th.StringType, description="Which tap's data to replay (a tap id under raw/ in the lake)."),
         th.Property(
@@ -125,7 +126,8 @@ class TapSingerlake(Tap):
             default="fail",
             description="'fail': stop at a damaged or missing data file, naming it. 'skip': warn and go on without its records.",
         ),
-    ).to_dict()
+    )
+    config_jsonschema = declared_settings.to_dict()
 
     # -- state -------------------------------------------------------------------------------------
     @classmethod

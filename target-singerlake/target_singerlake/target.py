@@ -96,7 +96,8 @@ class TargetSingerlake(Target):
         PluginCapabilities.ACTIVATE_VERSION,
         TargetCapabilities.VALIDATE_RECORDS,
     ]
-    config_jsonschema = th.PropertiesList(
+    # Ours alone: the SDK adds its standard settings to config_jsonschema in some processes, not others.
+    declared_settings = th.PropertiesList(
         *(_setting(s.name, th.StringType, s.description, secret=s.secret, default=s.default) for s in LAKE_LOCATION),
         _setting(
             "tap_id",
@@ -140,7 +141,8 @@ class TargetSingerlake(Target):
             default=False,
         ),
         _setting("spark_conf", th.ObjectType(), "Extra Spark configuration, passed to the session as is."),
-    ).to_dict()
+    )
+    config_jsonschema = declared_settings.to_dict()
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
