@@ -19,10 +19,12 @@ plugin in the same shape. Shapes (--shapes, default all, in this order):
   plain JSONL.
 
 A shape whose predecessor was not selected lands it first, untimed. --repeat N runs our plugin
-(and the baseline and jobs) N times: the best wall time is reported, with the spread.
+(and the baseline and jobs) N times: the best wall time is reported, with the spread. --against DIR
+adds to the 1m shape the target of another checkout of this repository (its packages on PYTHONPATH,
+this venv's libraries), run alternately with ours, --repeat times each, so both see the same machine.
 
 Usage: python bench/run.py [--shapes 1m,300x200,1000x20,10,baseline,s3,second,jobs,tap] [--only target|tap]
-                           [--records 1000000] [--scale-records 5000000] [--no-peers] [--repeat 1]
+                           [--records 1000000] [--scale-records 5000000] [--no-peers] [--repeat 1] [--against DIR]
 """
 
 from __future__ import annotations
@@ -114,8 +116,29 @@ def ours_target(source: Path, work: Path, lake: Path | None = None, fresh: bool 
     return ours_target_at({"lake_root": str(lake)}, source, work)
 
 
-def ours_target_at(settings: dict, source: Path, work: Path) -> Measurement:
-    return run("target-singerlake", BIN / "target-singerlake", "--config", {**settings, "tap_id": "tap-bench"}, work, source)
+def ours_target_at(settings: dict, source: Path, work: Path, checkout: Path | None = None) -> Measurement:
+    if checkout is None:
+        return run("target-singerlake", BIN / "target-singerlake", "--config", {**settings, "tap_id": "tap-bench"}, work, source)
+    config = work / "target-against.json"
+    config.write_text(json.dumps({**settings, "tap_id": "tap-bench"}))
+    packages = [checkout / "shared", checkout / "tap-singerlake", checkout / "target-singerlake"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, packages))}
+    cli = "from target_singerlake.target import TargetSingerlake; TargetSingerlake.cli()"
+    result = measure([sys.executable, "-c", cli, "--config", str(config)], str(source), env=env)
+    if result.returncode != 0:
+        raise SystemExit(f"target-singerlake of {checkout} failed with exit code {result.returncode}")
+    return result
+
+
+def against_target(checkout: Path, source: Path, work: Path) -> Measurement:
+    shutil.rmtree(work / "lake", ignore_errors=True)
+    return ours_target_at({"lake_root": str(work / "lake")}, source, work, checkout)
+
+
+def interleaved(ours, theirs, repeat: int) -> tuple[list[Measurement], list[Measurement]]:
+    """Ours and theirs alternately, ``repeat`` runs each: a machine's slow minute falls on both."""
+    pairs = [(ours(), theirs()) for _ in range(repeat)]
+    return [a for a, _ in pairs], [b for _, b in pairs]
 
 
 def peer_target(name: str, source: Path, work: Path, fresh: bool = True) -> Measurement:
@@ -240,6 +263,7 @@ def main() -> None:
     parser.add_argument("--scale-records", type=int, default=0, help="also run our plugins alone on this many records")
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--repeat", type=int, default=1, help="runs of our plugins; the best wall time is reported, with the spread")
+    parser.add_argument("--against", type=Path, help="a checkout of this repository whose target the 1m shape also runs, alternately with ours")
     args = parser.parse_args()
     shapes = {key for key in args.shapes if args.only is None or (key == "tap") == (args.only == "tap")}
     n, scale = args.records, args.scale_records
@@ -250,7 +274,14 @@ def main() -> None:
         work = Path(tmp)
         if "1m" in shapes:
             source = inputs[f"users {n:,}"] = singer_file(n)
-            rows += compare(f"users × {n:,}", n, "target-singerlake", partial(ours_target, source, work), targets(source, work), args)
+            if args.against:
+                label, checkout = f"users × {n:,}", args.against.resolve()
+                mine, theirs = interleaved(partial(ours_target, source, work), partial(against_target, checkout, source, work), args.repeat)
+                (m, spread), (t, t_spread) = best(mine), best(theirs)
+                rows += [Row(label, "target-singerlake", n, m, m, spread), Row(label, f"target-singerlake of {checkout.name}", n, t, m, t_spread)]
+                rows += [Row(label, name, n, peer(), m) for name, peer in ({} if args.no_peers else targets(source, work)).items()]
+            else:
+                rows += compare(f"users × {n:,}", n, "target-singerlake", partial(ours_target, source, work), targets(source, work), args)
             if scale:
                 rows.append(Row(f"users × {scale:,}", "target-singerlake", scale, ours_target(singer_file(scale), work), ours_of(rows)))
         for key, shape in streams.SHAPES.items():

@@ -216,6 +216,7 @@ def commit_files(
     known: Blob | None = None,
     last: Manifest | None = None,
     proven_over: str | None = None,
+    check: Callable[[Manifest], None] | None = None,
 ) -> Manifest:
     """Make data files visible: all of ``records`` in one new commit, or none of them.
 
@@ -223,8 +224,12 @@ def commit_files(
     ``writer_id`` the commit is fenced (``claim_writer``): it registers that writer for every
     stream-schema it touches, or fails with Overtaken (a CommitRejected) naming the registered writer.
     Files the manifest already holds are skipped, so a retried commit changes nothing, fenced or not.
+    ``check``: called inside each attempt with the manifest as the commit leaves it, before the root is
+    written; whatever it raises aborts the commit with nothing written.
     """
-    return commit_many(storage, paths, [records], schemas, writer_id=writer_id, known=known, last=last, proven_over=proven_over)
+    return commit_many(
+        storage, paths, [records], schemas, writer_id=writer_id, known=known, last=last, proven_over=proven_over, check=check
+    )
 
 
 def commit_many(
@@ -237,6 +242,7 @@ def commit_many(
     known: Blob | None = None,
     last: Manifest | None = None,
     proven_over: str | None = None,
+    check: Callable[[Manifest], None] | None = None,
 ) -> Manifest:
     """Each batch of ``batches`` as its own commit, in order, all in one write of the root (a backfill,
     a benchmark). The manifest is exactly what committing the batches one by one would leave: each
@@ -266,6 +272,8 @@ def commit_many(
             if index < len(fresh) - 1:  # the last commit's seal happens as the root is written
                 manifest.seal()
                 manifest.write_parts()
+        if check is not None:
+            check(manifest)
         return True
 
     return update_manifest(storage, paths, change, known=known, last=last)

@@ -170,6 +170,14 @@ class Lock:
                 _HEARTBEAT.add(self, self._held)
             return self
 
+    def absent(self) -> bool:
+        """One read: whether no writer holds or left the lock now (for a commit made without it, SPEC.md §9)."""
+        try:
+            self.storage.read(self.key)
+        except NotFound:
+            return True
+        return False
+
     # -- holding ---------------------------------------------------------------------------
     def refresh(self) -> None:
         """Extend the lease; raises LockLost when another writer has taken the lock."""

@@ -2,10 +2,11 @@
 commits go out in parallel across streams, then the batch's STATE is emitted.
 
 One thread takes batches in order, so a STATE never passes the records before it. A stream-schema's
-writer reads its manifest and takes its lock on a bounded pool as soon as its first record is read
-(``open_writer``), so a first batch's opens overlap Spark's start-up; a batch's Spark job starts
-only once every writer it needs is open, because a stream's first manifest must exist before any
-of its data files (SPEC.md §7). Then each stream commits its segments and ACTIVATE_VERSION marks in
+writer reads its manifest on a bounded pool as soon as its first record is read (``open_writer``),
+so a first batch's opens overlap Spark's start-up; it takes its lock there only when it creates the
+stream's manifest, which must exist before any of its data files (SPEC.md §7), else before its
+batch's files are written. A stream-schema whose only commit of the run is in the last batch makes
+it without the lock while none exists (§9). Then each stream commits its segments and ACTIVATE_VERSION marks in
 order, streams side by side on the same pool, each commit its own fenced compare-and-swap (a
 writer registers in its first, §9). The catalogue and ``singerlake.json`` are written only when
 what they hold changed: a stream's catalogue entry when its commits changed it (a new stream, a new
@@ -35,7 +36,7 @@ from singerlake.lake import Lake
 from singerlake.landing.batch import ActivateVersion, Batch, Segment
 from singerlake.landing.errors import LandingError, RootUnusable
 from singerlake.landing.spark_write import FileJob, batch_table, write_with_spark
-from singerlake.landing.writer import SchemaWriter
+from singerlake.landing.writer import LockNeeded, SchemaWriter
 from singerlake.pause import pause_point
 from singerlake.spark.masters import is_connect
 from singerlake.storage import NotFound, PreconditionFailed, StorageError
@@ -154,8 +155,11 @@ class Drain:
         started = time.monotonic()
         segments = job.batch.segments()
         records = sum(segment.records for segment in segments)
-        for segment in segments:
-            self.open_writer(segment.schema).result()  # its manifest exists before any of its files is written (§7)
+        writers = [self.open_writer(segment.schema).result() for segment in segments]  # manifests exist first (§7)
+        unlocked = self._commits_without_lock(job) if job.final else set()
+        to_take = {id(writer): writer for writer in writers if not writer.taken and writer.stream not in unlocked}
+        for taking in [self._pool.submit(self._take, writer) for writer in to_take.values()]:
+            taking.result()
         files = self._write(segments) if segments else []
         if self.settings.confirm_files:
             self._confirm_stored([file for segment_files in files for file in segment_files])
@@ -193,7 +197,8 @@ class Drain:
             with self._first_look if not self._looked.is_set() else contextlib.nullcontext():
                 writer.look(new_stream=self._listed_as_new(stream_dir), is_new=lambda: self._is_new_stream(stream_dir))
                 self._looked.set()
-            writer.take()
+            if writer.created:
+                writer.take()  # it creates the manifest; a stream that has one is locked at its first commit that needs it
         except StorageError as exc:
             if not self.opened and not isinstance(exc, (NotFound, PreconditionFailed)):
                 raise RootUnusable(f"setting 'lake_root': {exc}") from exc  # the run's first requests: the root is at fault
@@ -201,13 +206,49 @@ class Drain:
         self.opened = True
         with self._metadata:
             stream = writer.stream
-            if writer.created or writer.took_over:
-                self._tap_due = True  # a new tap, or a writer that died before writing singerlake.json
+            if writer.created:
+                self._tap_due = True  # a new tap
                 self._published.pop(stream, None)  # its entry is written at its next commit
             elif stream not in self._published and writer.manifest.versions:
                 self._published[stream] = cat.catalog_entry(writer.manifest, stream_dir)
             self._remember(stream, writer.manifest)
         return writer
+
+    def _take(self, writer: SchemaWriter) -> SchemaWriter:
+        """Take the writer's lock, once per run. A takeover's predecessor may have died before writing the
+        catalogue or singerlake.json: both are due (SPEC.md §9)."""
+        if not writer.taken:
+            writer.take()
+            if writer.took_over:
+                with self._metadata:
+                    self._tap_due = True
+                    self._published.pop(writer.stream, None)
+        return writer
+
+    def _commits_without_lock(self, job: DrainJob) -> set[str]:
+        """Streams of the run's last batch that may commit without a lock (SPEC.md §9): one data commit
+        in the run (a single segment, no ACTIVATE_VERSION, a writer not locked by an earlier batch)."""
+        chosen = set()
+        for stream, items in job.batch.streams.items():
+            if len(items) == 1 and isinstance(items[0], Segment):
+                writer = self.writers[(stream, items[0].schema.hash)].result()
+                if not writer.taken and writer.manifest is not None:
+                    chosen.add(stream)
+        return chosen
+
+    def _commit_segment(self, writer: SchemaWriter, files: list[dict], last: Manifest | None) -> Manifest:
+        """A segment's commit: without the lock when the writer has not taken it (the run's only commit,
+        while no lock exists and the catalogue entry stays), else under it."""
+        if not writer.taken:
+            with self._metadata:
+                expected = self._published.get(writer.stream)
+            stream_dir = writer.paths.stream_dir
+            entry = lambda manifest: cat.catalog_entry(manifest, stream_dir) if manifest.versions else None  # noqa: E731
+            try:
+                return writer.commit_unlocked(files, entry, expected, last=last)
+            except LockNeeded:
+                self._take(writer)
+        return writer.commit(files, publish=False, last=last)
 
     def _listed_as_new(self, stream_dir: str) -> bool:
         """Whether the run's listing of the tap, if taken, shows no directory for the stream: it is new,
@@ -306,7 +347,7 @@ class Drain:
         for item in items:
             last = self._latest.get(stream)
             if isinstance(item, Segment):
-                manifest = self.writers[(stream, item.schema.hash)].result().commit(files_of[id(item)], publish=False, last=last)
+                manifest = self._commit_segment(self.writers[(stream, item.schema.hash)].result(), files_of[id(item)], last)
             else:
                 manifest = self._record_activation(stream, item, last)
             with self._metadata:

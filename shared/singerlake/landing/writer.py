@@ -19,6 +19,10 @@ from singerlake.lake import Lake
 from singerlake.storage import NotFound
 
 
+class LockNeeded(Exception):
+    """A commit tried without the lock found it must take it (SPEC.md §9); nothing was written."""
+
+
 class SchemaWriter:
     """Holds the lock of one stream-schema while files are written and committed.
 
@@ -182,6 +186,27 @@ class SchemaWriter:
         if publish:
             self.lake.publish_stream(manifest, self.annotations)
         return manifest
+
+    @property
+    def taken(self) -> bool:
+        """The lock was acquired in this run (held, or released since)."""
+        return self.lock.writer_id is not None
+
+    def commit_unlocked(self, records: list[dict[str, Any]], entry: Callable[[Manifest], Any], expected: Any, last: Manifest | None = None) -> Manifest:
+        """The run's only commit of this stream-schema, without taking the lock (SPEC.md §9): inside each
+        attempt of the swap, before the root is written, the catalogue entry the commit leaves
+        (``entry(manifest)``) must be ``expected`` and no lock may exist; else LockNeeded, nothing
+        written, and the caller takes the lock and commits as usual. Carries no writer id."""
+        if self.manifest is None or self.taken:
+            raise LockNeeded(self.lock.key)
+
+        def check(manifest: Manifest) -> None:
+            if entry(manifest) != expected or not self.lock.absent():
+                raise LockNeeded(self.lock.key)
+
+        schemas = {self.schema_hash: (self.schema, self.key_properties)}
+        self.manifest = commit_files(self.lake.storage, self.paths, records, schemas, last=last or self.manifest, check=check)
+        return self.manifest
 
     def close(self) -> None:
         self.lock.release()
