@@ -34,6 +34,7 @@ from singerlake.jobs.verify import is_part_key, read_manifest, stream_listing
 from singerlake.lake import Lake
 from singerlake.storage import ObjectInfo, Storage
 from singerlake.tables import delta, iceberg
+from singerlake.tables.heads import raise_heads
 from singerlake.text import counted
 from singerlake.times import iso_ms, now_ms, parse_time_ms
 
@@ -230,6 +231,7 @@ def _vacuum_table(lake, tap_id, stream, published, listing, retention_s, apply, 
         if not delta.fence(lake.storage, key, published):
             notes.append(f"{key}: a project run committed meanwhile; the table is left for a later vacuum")
             return []
+        raise_heads(lake.storage, tap_id, {stream: published.version + 1})  # so the next run plans from the fence
         for deletion in chosen:
             lake.storage.delete(deletion.path)
     return chosen

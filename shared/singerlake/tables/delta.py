@@ -70,6 +70,7 @@ class Published:
     state: dict[str, Any] | None
     state_version: int | None = None  # the version of the commit that carries ``state`` (later ones, a vacuum's, change no file)
     checkpoint: int | None = None  # the version of the table's latest checkpoint
+    checkpoint_read: bool = True  # False: planned from the heads (SPEC.md §12), ``checkpoint`` unknown until a commit needs it
 
 
 def open_table(storage: Storage, key: str, version: int | None = None):
@@ -84,20 +85,35 @@ def open_table(storage: Storage, key: str, version: int | None = None):
         return None
 
 
-def latest(storage: Storage, key: str) -> Published:
+def latest(storage: Storage, key: str, head_hint: int | None = None) -> Published:
     """The table's version and the state of the latest commit written by a project run (later commits
-    of other writers, such as a vacuum's fence, carry none): the log's newest entries only."""
+    of other writers, such as a vacuum's fence, carry none): the log's newest entries only. With
+    ``head_hint`` (the table's heads, SPEC.md §12) the log is read from that version down, unlisted;
+    when that entry is gone, as without it."""
+    if head_hint is not None:
+        found = _state_at_or_below(storage, key, head_hint)
+        if found is not None:
+            state, version = found
+            return Published(head_hint, state, version, checkpoint_read=False)
     head = delta_log.head(storage, key)
     if head.version is None:
         return Published(None, None)
-    for earlier in range(head.version, -1, -1):
+    found = _state_at_or_below(storage, key, head.version)
+    state, version = found if found is not None else (None, None)
+    return Published(head.version, state, version, head.checkpoint)
+
+
+def _state_at_or_below(storage: Storage, key: str, version: int) -> tuple[dict | None, int | None] | None:
+    """(state, its version) of the newest entry at or below ``version`` that has one ((None, None): none
+    has); None when entry ``version`` itself is gone."""
+    for earlier in range(version, -1, -1):
         actions = delta_log.read_actions(storage, key, earlier)
         if actions is None:  # the log was cleaned up below here
-            break
+            return None if earlier == version else (None, None)
         info = next((action["commitInfo"] for action in actions if "commitInfo" in action), {})
         if STATE_KEY in info:
-            return Published(head.version, info[STATE_KEY], earlier, head.checkpoint)
-    return Published(head.version, None, checkpoint=head.checkpoint)
+            return info[STATE_KEY], earlier
+    return None, None
 
 
 def fence(storage: Storage, key: str, published: Published) -> bool:
@@ -116,7 +132,8 @@ def _commit_actions(storage: Storage, key: str, base: Published, actions: list[d
     version = base.version + 1
     delta_log.write(storage, key, version, actions)
     if delta_log.checkpoint_due(version):
-        delta_log.write_checkpoint(storage, key, version, delta_log.Head(base.version, base.checkpoint), actions)
+        checkpoint = base.checkpoint if base.checkpoint_read else delta_log.last_checkpoint(storage, key)
+        delta_log.write_checkpoint(storage, key, version, delta_log.Head(base.version, checkpoint), actions)
     return version
 
 

@@ -45,14 +45,19 @@ def checkpoint_key(key: str, version: int) -> str:
     return f"{key}/_delta_log/{version:020d}.checkpoint.parquet"
 
 
+def last_checkpoint(storage: Storage, key: str) -> int | None:
+    """The version ``_last_checkpoint`` names (None: none, or unreadable)."""
+    try:
+        checkpoint = json.loads(storage.read(f"{key}/_delta_log/{LAST_CHECKPOINT}").data)["version"]
+    except (NotFound, ValueError, KeyError, TypeError):
+        return None
+    return checkpoint if isinstance(checkpoint, int) and not isinstance(checkpoint, bool) else None
+
+
 def head(storage: Storage, key: str) -> Head:
     """The latest version: ``_last_checkpoint``, then one listing of the log from that checkpoint on."""
     log = f"{key}/_delta_log/"
-    try:
-        checkpoint = json.loads(storage.read(f"{log}{LAST_CHECKPOINT}").data)["version"]
-    except (NotFound, ValueError, KeyError, TypeError):
-        checkpoint = None
-    checkpoint = checkpoint if isinstance(checkpoint, int) else None
+    checkpoint = last_checkpoint(storage, key)
     for start_after in ([f"{log}{checkpoint:020d}"] if checkpoint is not None else []) + [None]:
         names = [info.key[len(log) :] for info in storage.list(log, start_after)]
         versions = [int(name[:20]) for name in names if COMMIT_NAME.fullmatch(name)]

@@ -86,9 +86,12 @@ def missing_twins(parts: list[dict], csv: bool) -> bool:
     return csv and any("csv" not in part for part in parts)
 
 
-def plan_stream(lake: Lake, tap_id: str, stream: str, hard: bool = False, csv: bool = False, overrides: dict | None = None) -> StreamPlan:
+def plan_stream(
+    lake: Lake, tap_id: str, stream: str, hard: bool = False, csv: bool = False, overrides: dict | None = None, head: int | None = None
+) -> StreamPlan:
+    """What a run must do for the stream. ``head``: the table's version as the heads name it (SPEC.md §12)."""
     manifest = lake.manifest(tap_id, stream)
-    published = delta.latest(lake.storage, delta.table_key(tap_id, stream))
+    published = delta.latest(lake.storage, delta.table_key(tap_id, stream), head)
     end = Position(*manifest.end_position(), manifest.generation)
     activations = manifest.activate_versions
     plan = StreamPlan(tap_id, stream, manifest, published, end, hard=hard, activated=len(activations), overrides=overrides or {})

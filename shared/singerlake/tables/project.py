@@ -30,6 +30,9 @@ before an ACTIVATE_VERSION, stay with ``_sdc_deleted_at`` set (soft, the default
 
 from __future__ import annotations
 
+import logging
+
+from singerlake.commits.errors import CommitRejected
 from singerlake.errors import ConfigError
 from singerlake.format.catalogue import replay_schema
 from singerlake.lake import Lake
@@ -43,10 +46,13 @@ from singerlake.spark.runner import (
 )
 from singerlake.spark.session import session_of
 from singerlake.tables import delta, iceberg, overrides
+from singerlake.tables.heads import raise_heads, read_heads
 from singerlake.tables.buckets import large_layout, project_large_stream
 from singerlake.tables.deletes import SDC_DELETED_AT
 from singerlake.tables.plan import StreamPlan, plan_stream, published_schema
 from singerlake.tables.small import PART_ROWS, project_small_streams
+
+log = logging.getLogger("singerlake.project")
 
 SMALL_STREAM_BYTES = 64 << 20  # stored (gzipped) bytes; decoded rows take several times that in memory
 
@@ -134,21 +140,51 @@ def project(
     found = Failures()
     selected = selected_streams(lake, tap_id, stream)
     chosen = chosen_types(lake, selected, types)
+    heads = {tap: read_heads(lake.storage, tap) for tap in sorted({tap for tap, _ in selected})}
 
-    def plan(tap: str, name: str) -> StreamPlan:
-        return plan_stream(lake, tap, name, hard_delete, "csv" in formats, chosen.get(name))
+    def run(streams: list[tuple[str, str]], hinted: bool) -> tuple[dict, dict, list]:
+        """Plan, write and commit ``streams``: (plans, summaries of the committed, the streams planned from
+        a stale head, whose commit found the next version taken)."""
+        nonlocal spark
 
-    plans = for_each_stream(selected, plan, found)
-    pending = [plan for plan in plans.values() if not plan.up_to_date]
-    is_large = lambda plan: plan.bytes > small_stream_bytes or "buckets" in plan.state  # noqa: E731  (bucketed: stays large)
-    small = [plan for plan in pending if not is_large(plan)]
-    written = project_small_streams(lake, spark, small, formats, found, progress, part_rows)
-    large = {(plan.tap_id, plan.stream): (plan, large_layout(plan, small_stream_bytes)) for plan in pending if is_large(plan)}
-    if any(not layout.one_task for _, layout in large.values()):
-        spark = session_of(spark)  # started here: a failed start is the run's error, not a stream's
-    run_large = lambda tap, name: project_large_stream(lake, spark, *large[(tap, name)], formats)  # noqa: E731
-    written |= for_each_stream(list(large), run_large, found, 1)
-    committed = for_each_stream(list(written), lambda tap, name: commit_run(lake, plans[(tap, name)], written[(tap, name)]), found)
+        def plan(tap: str, name: str) -> StreamPlan:
+            head = heads[tap].get(name) if hinted else None
+            return plan_stream(lake, tap, name, hard_delete, "csv" in formats, chosen.get(name), head)
+
+        plans = for_each_stream(streams, plan, found)
+        pending = [plan for plan in plans.values() if not plan.up_to_date]
+        is_large = lambda plan: plan.bytes > small_stream_bytes or "buckets" in plan.state  # noqa: E731  (bucketed: stays large)
+        small = [plan for plan in pending if not is_large(plan)]
+        written = project_small_streams(lake, spark, small, formats, found, progress, part_rows)
+        large = {(plan.tap_id, plan.stream): (plan, large_layout(plan, small_stream_bytes)) for plan in pending if is_large(plan)}
+        if any(not layout.one_task for _, layout in large.values()):
+            spark = session_of(spark)  # started here: a failed start is the run's error, not a stream's
+        run_large = lambda tap, name: project_large_stream(lake, spark, *large[(tap, name)], formats)  # noqa: E731
+        written |= for_each_stream(list(large), run_large, found, 1)
+        stale: list[tuple[str, str]] = []
+
+        def commit(tap: str, name: str) -> dict | None:
+            plan = plans[(tap, name)]
+            try:
+                return commit_run(lake, plan, written[(tap, name)])
+            except CommitRejected:
+                if plan.published.checkpoint_read:
+                    raise  # planned from the log itself: another run committed meanwhile, the stream fails
+                stale.append((tap, name))
+                return None
+
+        committed = for_each_stream(list(written), commit, found)
+        return plans, {stream_id: result for stream_id, result in committed.items() if result is not None}, stale
+
+    plans, committed, stale = run(selected, hinted=True)
+    if stale:  # planned from a stale head (a vacuum's fence, a concurrent run): once more, from the log
+        log.info("%d stream(s) planned from a stale head are planned again from the Delta log", len(stale))
+        again, committed_again, _ = run(stale, hinted=False)
+        plans |= again
+        committed |= committed_again
+    for tap in heads:  # what the run committed, and the heads of tables it had to read from their logs
+        versions = {name: plan.published.version for (t, name), plan in plans.items() if t == tap and plan.published.version is not None}
+        raise_heads(lake.storage, tap, {name: v for name, v in versions.items() if heads[tap].get(name) != v})
     snapshots: dict = {}
     if catalog is not None:  # after the Delta commits; also streams with nothing new whose Iceberg table lags behind
         mirror = [stream_id for stream_id, plan in plans.items() if not found.has(*stream_id) and plan.published.version is not None]

@@ -1,0 +1,67 @@
+"""Table heads (SPEC.md §12): where each stream's Delta table stood after the last project run that
+committed it, one document per tap, so a run plans from the newest log entry without listing the log.
+
+A hint, never trusted for safety: a commit of the next version is create-only, and a stream planned from
+a stale head is planned again from the log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from singerlake.commits.commit import compare_and_swap
+from singerlake.format.manifest import SPEC_VERSION
+from singerlake.format.names import encode_segment
+from singerlake.storage import NotFound, Storage, StorageError
+
+log = logging.getLogger("singerlake.project")
+
+FORMAT = "singerlake-heads"
+
+
+def heads_key(tap_id: str) -> str:
+    return f"published/{encode_segment(tap_id)}/heads.json"
+
+
+def read_heads(storage: Storage, tap_id: str) -> dict[str, int]:
+    """{stream: version}; empty when there is none or it cannot be read (the log is read instead)."""
+    try:
+        return _tables(storage.read(heads_key(tap_id)).data)
+    except NotFound:
+        return {}
+    except StorageError as exc:
+        log.warning("%s: %s; the streams' tables are read from their logs", storage.url_of(heads_key(tap_id)), exc)
+        return {}
+
+
+def raise_heads(storage: Storage, tap_id: str, versions: dict[str, int]) -> None:
+    """Raise the heads of ``versions``' streams to those versions (a greater one found stays). A failure is a
+    warning: the tables are committed, and the next run reads their logs."""
+    if not versions:
+        return
+
+    def change(current: bytes | None) -> bytes | None:
+        tables = _tables(current) if current else {}
+        merged = tables | {stream: max(version, tables.get(stream, -1)) for stream, version in versions.items()}
+        if merged == tables and current is not None:
+            return None
+        doc = {"format": FORMAT, "spec_version": SPEC_VERSION, "tables": dict(sorted(merged.items()))}
+        return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+
+    try:
+        compare_and_swap(storage, heads_key(tap_id), change, durable=False, timeout_s=30.0)
+    except Exception as exc:  # a hint: never the run's failure
+        log.warning("could not record the tables' heads in %s: %s", storage.url_of(heads_key(tap_id)), exc)
+
+
+def _tables(data: bytes) -> dict[str, int]:
+    """The document's versions; an unreadable document names none (it is rewritten at the next commit)."""
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return {}
+    tables = doc.get("tables") if isinstance(doc, dict) and doc.get("format") == FORMAT else None
+    if not isinstance(tables, dict):
+        return {}
+    return {stream: version for stream, version in tables.items() if isinstance(version, int) and not isinstance(version, bool)}
