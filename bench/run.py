@@ -263,7 +263,9 @@ def main() -> None:
     parser.add_argument("--scale-records", type=int, default=0, help="also run our plugins alone on this many records")
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--repeat", type=int, default=1, help="runs of our plugins; the best wall time is reported, with the spread")
-    parser.add_argument("--against", type=Path, help="a checkout of this repository whose target the 1m shape also runs, alternately with ours")
+    parser.add_argument(
+        "--against", type=Path, help="a checkout of this repository whose target the 1m shape also runs, alternately with ours"
+    )
     args = parser.parse_args()
     shapes = {key for key in args.shapes if args.only is None or (key == "tap") == (args.only == "tap")}
     n, scale = args.records, args.scale_records
@@ -278,7 +280,10 @@ def main() -> None:
                 label, checkout = f"users × {n:,}", args.against.resolve()
                 mine, theirs = interleaved(partial(ours_target, source, work), partial(against_target, checkout, source, work), args.repeat)
                 (m, spread), (t, t_spread) = best(mine), best(theirs)
-                rows += [Row(label, "target-singerlake", n, m, m, spread), Row(label, f"target-singerlake of {checkout.name}", n, t, m, t_spread)]
+                rows += [
+                    Row(label, "target-singerlake", n, m, m, spread),
+                    Row(label, f"target-singerlake of {checkout.name}", n, t, m, t_spread),
+                ]
                 rows += [Row(label, name, n, peer(), m) for name, peer in ({} if args.no_peers else targets(source, work)).items()]
             else:
                 rows += compare(f"users × {n:,}", n, "target-singerlake", partial(ours_target, source, work), targets(source, work), args)

@@ -192,7 +192,9 @@ class SchemaWriter:
         """The lock was acquired in this run (held, or released since)."""
         return self.lock.writer_id is not None
 
-    def commit_unlocked(self, records: list[dict[str, Any]], entry: Callable[[Manifest], Any], expected: Any, last: Manifest | None = None) -> Manifest:
+    def commit_unlocked(
+        self, records: list[dict[str, Any]], entry: Callable[[Manifest], Any], expected: Any, last: Manifest | None = None
+    ) -> Manifest:
         """The run's only commit of this stream-schema, without taking the lock (SPEC.md §9): inside each
         attempt of the swap, before the root is written, the catalogue entry the commit leaves
         (``entry(manifest)``) must be ``expected`` and no lock may exist; else LockNeeded, nothing

@@ -46,9 +46,9 @@ from singerlake.spark.runner import (
 )
 from singerlake.spark.session import session_of
 from singerlake.tables import delta, iceberg, overrides
-from singerlake.tables.heads import raise_heads, read_heads
 from singerlake.tables.buckets import large_layout, project_large_stream
 from singerlake.tables.deletes import SDC_DELETED_AT
+from singerlake.tables.heads import raise_heads, read_heads
 from singerlake.tables.plan import StreamPlan, plan_stream, published_schema
 from singerlake.tables.small import PART_ROWS, project_small_streams
 
