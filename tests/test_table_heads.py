@@ -107,3 +107,13 @@ def test_vacuum_raises_the_head_past_its_fence(local_lake):
     assert run(Lake(counting))["version"] == 3, "planned from the fence's version: committed at once"
     assert [key for method, key in counting.calls if method.startswith("list") and "_delta_log" in key] == []
     assert table_rows(local_lake) == {**{i: f"updated {i}" for i in range(3)}, 3: "new 3", 4: "new 4"}
+
+
+def test_a_run_with_nothing_new_checks_its_head_is_still_the_tables(local_lake):
+    lake = Lake(local_lake.storage)
+    land(lake, range(0, 3))
+    run(lake)
+    assert delta.fence(local_lake.storage, KEY, delta.latest(local_lake.storage, KEY)), "another writer's version 1 (heads not raised)"
+    counting = Counting(local_lake.storage)
+    assert run(Lake(counting))["version"] == 1, "nothing new, and the table's head found past the stale one"
+    assert read_heads(local_lake.storage, TAP) == {STREAM: 1}

@@ -32,3 +32,7 @@ class Overtaken(CommitRejected):
     def __init__(self, message: str, owner: str):
         super().__init__(message)
         self.owner = owner
+
+
+class LockNeeded(CommitError):
+    """A commit tried without the lock found that it must take it (SPEC.md §9); nothing was written."""

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from singerlake.commits.commit import update_manifest
+from singerlake.commits.errors import LockNeeded
 from singerlake.format import catalogue as cat
 from singerlake.format.datafile import gzip_member
 from singerlake.format.manifest import Manifest
@@ -36,7 +37,7 @@ from singerlake.lake import Lake
 from singerlake.landing.batch import ActivateVersion, Batch, Segment
 from singerlake.landing.errors import LandingError, RootUnusable
 from singerlake.landing.spark_write import FileJob, batch_table, write_with_spark
-from singerlake.landing.writer import LockNeeded, SchemaWriter
+from singerlake.landing.writer import SchemaWriter
 from singerlake.pause import pause_point
 from singerlake.spark.masters import is_connect
 from singerlake.storage import NotFound, PreconditionFailed, StorageError

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from singerlake.commits.commit import claim_writer, commit_files, update_manifest
-from singerlake.commits.errors import LockLost, Overtaken
+from singerlake.commits.errors import LockLost, LockNeeded, Overtaken
 from singerlake.commits.lock import DEFAULT_DRIFT_S, DEFAULT_LEASE_S, DEFAULT_WAIT_S, Lock
 from singerlake.format.datafile import DEFAULT_COMPRESSLEVEL, write_data_file
 from singerlake.format.manifest import Manifest
@@ -17,10 +17,6 @@ from singerlake.format.scan import scan_stream
 from singerlake.format.schema_hash import schema_hash
 from singerlake.lake import Lake
 from singerlake.storage import NotFound
-
-
-class LockNeeded(Exception):
-    """A commit tried without the lock found it must take it (SPEC.md §9); nothing was written."""
 
 
 class SchemaWriter:

@@ -66,6 +66,11 @@ def head(storage: Storage, key: str) -> Head:
     return Head(None)
 
 
+def committed(storage: Storage, key: str, version: int) -> bool:
+    """Whether version ``version`` exists (one existence check of its log entry)."""
+    return storage.exists(log_key(key, version))
+
+
 def read_actions(storage: Storage, key: str, version: int) -> list[dict] | None:
     """The actions of one version, or None when its log entry is gone."""
     try:

@@ -12,7 +12,7 @@ from singerlake.format.needs import StatsReader
 from singerlake.format.positions import Position, check_bookmark
 from singerlake.lake import Lake
 from singerlake.replay.plan import plan_files
-from singerlake.tables import delta
+from singerlake.tables import delta, delta_log
 from singerlake.tables.deletes import deletes_properties
 from singerlake.tables.schemas import published_schema, schema_text  # noqa: F401 (the project modules take them from here)
 
@@ -102,6 +102,8 @@ def plan_stream(
     caught_up = after is not None and after >= end and not plan.activations
     same_types = plan.state.get("overrides", {}) == plan.overrides  # a choice given or dropped retypes the table
     if (caught_up and same_types and not missing_twins(plan.state["parts"], csv)) or not manifest.versions:
+        if not published.checkpoint_read and delta_log.committed(lake.storage, plan.table, published.version + 1):
+            return plan_stream(lake, tap_id, stream, hard, csv, overrides)  # a stale head: the log tells what is new
         plan.up_to_date = True
         return plan
     plan.files = plan_files(manifest, set(manifest.versions), after, manifest.commits)
