@@ -52,7 +52,7 @@ def test_an_incremental_run_plans_from_the_heads_without_listing_the_log(local_l
     lake = Lake(local_lake.storage)
     land(lake, range(0, 5))
     assert run(lake)["version"] == 0
-    assert read_heads(local_lake.storage, TAP) == {STREAM: 0}
+    assert read_heads(local_lake.storage, TAP).tables == {STREAM: 0}
     land(lake, range(3, 8), "updated")
 
     counting = Counting(local_lake.storage)
@@ -60,7 +60,7 @@ def test_an_incremental_run_plans_from_the_heads_without_listing_the_log(local_l
     log_lists = [key for method, key in counting.calls if method.startswith("list") and "_delta_log" in key]
     assert log_lists == [], "the log is not listed"
     assert ("read", f"{KEY}/_delta_log/_last_checkpoint") not in counting.calls
-    assert read_heads(local_lake.storage, TAP) == {STREAM: 1}
+    assert read_heads(local_lake.storage, TAP).tables == {STREAM: 1}
     assert table_rows(local_lake) == {i: f"{'updated' if i >= 3 else 'new'} {i}" for i in range(8)}
 
 
@@ -76,7 +76,7 @@ def test_a_run_planned_from_a_stale_head_plans_the_stream_again_and_loses_nothin
 
     result = run(lake)
     assert result["version"] == 2, "its first plan's commit found version 1 taken; planned again from the log, it committed 2"
-    assert read_heads(local_lake.storage, TAP) == {STREAM: 2}
+    assert read_heads(local_lake.storage, TAP).tables == {STREAM: 2}
     assert table_rows(local_lake) == {i: f"{'updated' if i >= 8 else 'new'} {i}" for i in range(12)}
 
 
@@ -87,7 +87,7 @@ def test_a_head_naming_a_version_the_log_lacks_reads_the_log(local_lake):
     local_lake.storage.write(heads_key(TAP), json.dumps({"format": "singerlake-heads", "tables": {STREAM: 40}}).encode())
     land(lake, range(3, 6))
     assert run(lake)["version"] == 1
-    assert read_heads(local_lake.storage, TAP) == {STREAM: 40}, "a head is only ever raised"
+    assert read_heads(local_lake.storage, TAP).tables == {STREAM: 40}, "a head is only ever raised"
     assert sorted(table_rows(local_lake)) == list(range(6))
 
 
@@ -97,10 +97,10 @@ def test_vacuum_raises_the_head_past_its_fence(local_lake):
     run(lake)
     land(lake, range(0, 3), "updated")  # the open tail is rewritten: its old files are no longer current
     run(lake)
-    assert read_heads(local_lake.storage, TAP) == {STREAM: 1}
+    assert read_heads(local_lake.storage, TAP).tables == {STREAM: 1}
     deleted = vacuum(lake, retention_s=0, apply=True, force=True, now=now_ms() + 60_000)
     assert any(d.path.startswith(f"{KEY}/part-") for d in deleted), deleted
-    assert read_heads(local_lake.storage, TAP) == {STREAM: 2}, "the fence commit is the table's head"
+    assert read_heads(local_lake.storage, TAP).tables == {STREAM: 2}, "the fence commit is the table's head"
 
     land(lake, range(3, 5))
     counting = Counting(local_lake.storage)
@@ -116,4 +116,4 @@ def test_a_run_with_nothing_new_checks_its_head_is_still_the_tables(local_lake):
     assert delta.fence(local_lake.storage, KEY, delta.latest(local_lake.storage, KEY)), "another writer's version 1 (heads not raised)"
     counting = Counting(local_lake.storage)
     assert run(Lake(counting))["version"] == 1, "nothing new, and the table's head found past the stale one"
-    assert read_heads(local_lake.storage, TAP) == {STREAM: 1}
+    assert read_heads(local_lake.storage, TAP).tables == {STREAM: 1}

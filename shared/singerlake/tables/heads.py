@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass, field
 
 from singerlake.commits.commit import compare_and_swap
 from singerlake.format.manifest import SPEC_VERSION
 from singerlake.format.names import encode_segment
-from singerlake.storage import NotFound, Storage, StorageError
+from singerlake.storage import Blob, NotFound, Storage, StorageError
 
 log = logging.getLogger("singerlake.project")
 
@@ -24,20 +25,34 @@ def heads_key(tap_id: str) -> str:
     return f"published/{encode_segment(tap_id)}/heads.json"
 
 
-def read_heads(storage: Storage, tap_id: str) -> dict[str, int]:
-    """{stream: version}; empty when there is none or it cannot be read (the log is read instead)."""
+@dataclass
+class Heads:
+    """A tap's heads as read: {stream: version}, and the document's bytes and ETag (None: there is none)."""
+
+    tables: dict[str, int] = field(default_factory=dict)
+    stored: Blob | None = None
+    read: bool = True  # False: reading failed, the document's state is unknown
+
+    def get(self, stream: str) -> int | None:
+        return self.tables.get(stream)
+
+
+def read_heads(storage: Storage, tap_id: str) -> Heads:
+    """The tap's heads; none when there is no document or it cannot be read (the logs are read instead)."""
     try:
-        return _tables(storage.read(heads_key(tap_id)).data)
+        blob = storage.read(heads_key(tap_id))
     except NotFound:
-        return {}
+        return Heads()
     except StorageError as exc:
         log.warning("%s: %s; the streams' tables are read from their logs", storage.url_of(heads_key(tap_id)), exc)
-        return {}
+        return Heads(read=False)
+    return Heads(_tables(blob.data), blob)
 
 
-def raise_heads(storage: Storage, tap_id: str, versions: dict[str, int]) -> None:
-    """Raise the heads of ``versions``' streams to those versions (a greater one found stays). A failure is a
-    warning: the tables are committed, and the next run reads their logs."""
+def raise_heads(storage: Storage, tap_id: str, versions: dict[str, int], known: Heads | None = None) -> None:
+    """Raise the heads of ``versions``' streams to those versions (a greater one found stays), starting from
+    ``known`` as this run read it (one conditional write when nobody wrote since). A failure is a warning:
+    the tables are committed, and the next run reads their logs."""
     if not versions:
         return
 
@@ -50,7 +65,8 @@ def raise_heads(storage: Storage, tap_id: str, versions: dict[str, int]) -> None
         return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
 
     try:
-        compare_and_swap(storage, heads_key(tap_id), change, durable=False, timeout_s=30.0)
+        start = {"known": known.stored, "absent": known.stored is None} if known is not None and known.read else {}
+        compare_and_swap(storage, heads_key(tap_id), change, durable=False, timeout_s=30.0, **start)
     except Exception as exc:  # a hint: never the run's failure
         log.warning("could not record the tables' heads in %s: %s", storage.url_of(heads_key(tap_id)), exc)
 
