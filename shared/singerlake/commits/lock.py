@@ -171,12 +171,8 @@ class Lock:
             return self
 
     def absent(self) -> bool:
-        """One read: whether no writer holds or left the lock now (for a commit made without it, SPEC.md §9)."""
-        try:
-            self.storage.read(self.key)
-        except NotFound:
-            return True
-        return False
+        """Whether no writer holds or left the lock now, by one existence check (for a commit made without it, SPEC.md §9)."""
+        return not self.storage.exists(self.key)
 
     # -- holding ---------------------------------------------------------------------------
     def refresh(self) -> None:
