@@ -1,7 +1,8 @@
 """Concurrent commits to one stream's manifest, over a temp dir and S3 over HTTP (moto, SeaweedFS) (SPEC.md §9).
 
 Each writer is a separate OS process (a ``python -c`` child that loads this file), holding the
-lock of its own stream-schema and committing fenced, one data file per commit.
+lock of its own stream-schema and committing fenced, one data file per commit; and writers of one
+stream-schema, some holding its lock for several commits, some committing once without it (§9).
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from pathlib import Path
 
 import pytest
 from singerlake.commits.commit import claim_writer, commit_files, register_writer, update_manifest
-from singerlake.commits.errors import CommitRejected
+from singerlake.commits.errors import CommitRejected, LockNeeded
 from singerlake.commits.lock import Lock
 from singerlake.format.datafile import write_data_file
 from singerlake.format.layout import StreamPaths
 from singerlake.format.schema_hash import schema_hash
 from singerlake.lake import Lake
+from singerlake.landing.writer import SchemaWriter
 from singerlake.times import now_ms
 from support.children import open_spec, run_together, spawn
 
@@ -152,3 +154,62 @@ def test_commit_of_several_files_is_all_or_nothing(lake_spec):
         commit_files(storage, paths, records, schemas, writer_id=lock.writer_id)
         again = lake.manifest(TAP, STREAM)
         assert again.commits == 2 and len(again.files) == 4
+
+
+# -- runs under the lock and single commits without it -----------------------------------------------
+
+RUN_MESSAGE = {"type": "SCHEMA", "stream": STREAM, "schema": {"type": "object", "properties": {"id": {"type": "integer"}}}}
+
+
+def _run_child(spec: dict, runs: int, commits: int, out: str) -> None:
+    """``runs`` landings of one stream-schema: with ``commits`` > 1 each holds the lock for all its commits;
+    with 1, each commits without it while no lock exists (SPEC.md §9), else takes it and commits under it.
+    Writes, per run, the ids of the files it committed and whether the lock was taken."""
+    lake = Lake(open_spec(spec))
+    lake.storage.exists(StreamPaths(TAP, STREAM).manifest)  # connect before the start signal
+    print("ready", flush=True)
+    sys.stdin.readline()
+    done = []
+    for run in range(runs):
+        writer = SchemaWriter(lake, TAP, RUN_MESSAGE, lease_s=60, drift_s=10, wait_s=120)
+        writer.look()
+        line = json.dumps({"type": "RECORD", "stream": STREAM, "record": {"id": run}}).encode()
+        files = [
+            write_data_file(lake.storage, writer.paths, writer.schema_hash, writer.schema_line, [line], [now_ms()]) for _ in range(commits)
+        ]
+        if commits == 1:
+            try:
+                writer.commit_unlocked(files, lambda manifest: 0, 0)
+                done.append({"ids": [files[0]["id"]], "locked": False})
+                continue
+            except LockNeeded:
+                pass
+        writer.take()
+        for file in files:
+            writer.commit([file], publish=False)
+        writer.close()
+        done.append({"ids": [file["id"] for file in files], "locked": True})
+    Path(out).write_text(json.dumps(done))
+
+
+def test_single_commits_without_the_lock_never_land_inside_a_locked_run(lake_spec, tmp_path):
+    storage = open_spec(lake_spec)
+    with SchemaWriter(Lake(storage), TAP, RUN_MESSAGE) as first:  # the stream has a manifest
+        line = json.dumps({"type": "RECORD", "stream": STREAM, "record": {"id": 0}}).encode()
+        first.commit([first.write_file([line], [now_ms()])])
+    shapes = [(6, 4), (6, 4), (30, 1), (30, 1)]  # (runs, commits a run) per child
+    outs = [tmp_path / f"child-{n}.json" for n in range(len(shapes))]
+    run_together(
+        [spawn(__file__, "_run_child", lake_spec, runs, commits, str(out)) for (runs, commits), out in zip(shapes, outs, strict=True)], 600
+    )
+
+    runs = [run for out in outs for run in json.loads(out.read_text())]
+    commit_of = {entry["id"]: entry["commit"] for entry in Lake(storage).manifest(TAP, STREAM).files}
+    assert len(commit_of) == 1 + sum(len(run["ids"]) for run in runs), "every commit once"
+    for run in (run for run in runs if len(run["ids"]) > 1):
+        numbers = [commit_of[file_id] for file_id in run["ids"]]
+        assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), f"a locked run's commits are consecutive: {numbers}"
+    single = [run for run in runs if len(run["ids"]) == 1]
+    print(f"{sum(not run['locked'] for run in single)} of {len(single)} single commits went without the lock")
+    assert any(not run["locked"] for run in single), "some single commits found no lock"
+    assert [info.key for info in storage.list(f"{StreamPaths(TAP, STREAM).stream_dir}/") if info.key.endswith(".lock")] == []
