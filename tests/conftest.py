@@ -11,6 +11,7 @@ from support.browser import browser  # noqa: F401 (a fixture: headless Chromium 
 from support.cli_session import CliSession
 from support.lake_cli import LakeCli, cli_env
 from support.lakes import LakeUnderTest, local_lake_at, s3_lake_at
+from support.postgres import postgres  # noqa: F401 (a fixture: a PostgreSQL server of its own)
 from support.s3_counter import CountedRoot, counted_root
 from support.s3_servers import BACKENDS, S3_SERVERS, S3Server, new_bucket, s3_root_on, start_moto, start_seaweedfs
 

@@ -1,10 +1,10 @@
 """Iceberg tables (SPEC.md §12): `singerlake project --formats delta,iceberg --iceberg-catalog NAME` registers each
-stream's current rows in a pyiceberg catalog (SQLite here), read back by pyiceberg and DuckDB's iceberg extension."""
+stream's current rows in a pyiceberg catalog, read back by pyiceberg and DuckDB's iceberg extension. The catalogs:
+SQL on SQLite, SQL on a real PostgreSQL (the JDBC catalog's table) and AWS Glue (moto's, over HTTP on 127.0.0.1)."""
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,13 +18,13 @@ from singerlake.storage import PreconditionFailed
 from singerlake.tables import delta
 from singerlake.tables import iceberg as iceberg_module
 from singerlake.tables.delta import storage_options, table_key
-from singerlake.tables.iceberg import DELTA_VERSION, fileio_properties, identifier, open_catalog, snapshot_files, sync
+from singerlake.tables.iceberg import DELTA_VERSION, identifier, open_catalog, snapshot_files, sync
 from singerlake.tables.project import project
 from support.cli_session import CliSession
 from support.lake_cli import LakeCli, cli_env, open_lake, run_cli
-from support.lakes import TAP, LakeUnderTest, duckdb_for, s3_lake_at
+from support.lakes import TAP, LakeUnderTest, duckdb_for, local_lake_at, s3_lake_at
 from support.projections import FIRST, STREAM, by_id, check_exact, land_records, uri
-from support.s3_servers import new_bucket
+from support.s3_servers import new_bucket, start_moto
 from support.storage import Counting
 
 pytest.importorskip("pyiceberg")
@@ -39,11 +39,33 @@ def catalog_env(tmp_path, monkeypatch) -> str:
     return "lake"
 
 
-def catalog_of(lake: LakeUnderTest):
-    from pyiceberg.catalog.sql import SqlCatalog
+CATALOGS = ["sqlite", pytest.param("postgres", marks=pytest.mark.heavy), pytest.param("glue", marks=pytest.mark.heavy)]
 
-    properties = {"uri": os.environ["PYICEBERG_CATALOG__LAKE__URI"], "warehouse": os.environ["PYICEBERG_CATALOG__LAKE__WAREHOUSE"]}
-    return SqlCatalog("lake", **properties, **fileio_properties(lake.storage))
+
+@pytest.fixture(params=CATALOGS)
+def any_catalog(request, tmp_path, monkeypatch) -> str:
+    """A catalog named ``lake`` of each kind, configured through pyiceberg's environment variables as a user would."""
+    if request.param == "sqlite":
+        return request.getfixturevalue("catalog_env")
+    if request.param == "postgres":
+        server = request.getfixturevalue("postgres")
+        monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__TYPE", "sql")
+        monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__URI", f"postgresql+psycopg2://postgres@127.0.0.1:{server.port}/postgres")
+    else:
+        moto = start_moto(tmp_path)  # a Glue of its own: tables of other tests' lakes hold the same names
+        request.addfinalizer(moto.stop)
+        monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__TYPE", "glue")
+        monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__GLUE__ENDPOINT", moto.endpoint)
+        monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__GLUE__REGION", "us-east-1")
+        monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__GLUE__ACCESS_KEY_ID", "testing")
+        monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__GLUE__SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__WAREHOUSE", f"file://{tmp_path}/warehouse")
+    return "lake"
+
+
+def catalog_of(lake: LakeUnderTest):
+    """The catalog ``lake`` as the CLI opens it (its S3 access the lake's)."""
+    return open_catalog("lake", lake.storage)
 
 
 def duckdb_rows(lake: LakeUnderTest, metadata_location: str) -> list[dict]:
@@ -104,8 +126,36 @@ def check_iceberg_runs(lake: LakeUnderTest, cli: LakeCli) -> None:
     assert len(catalog.load_table(identifier(TAP, STREAM)).snapshots()) == 2
 
 
-def test_project_registers_exact_iceberg_tables_in_a_sqlite_catalog(local_lake, catalog_env):
+def test_project_registers_exact_iceberg_tables_in_each_catalog(local_lake, any_catalog):
     check_iceberg_lake(local_lake)
+
+
+def test_a_commit_lost_in_the_catalog_is_made_again_on_the_other_writers_table(local_lake, any_catalog, spark, monkeypatch):
+    """Another writer, outside the lake's lock, adds a snapshot between this run's load of the table and its commit:
+    the catalog refuses this run's commit (its parent is no longer current), and the run makes its snapshot again
+    on the table as that writer left it: one snapshot of this run, after the other writer's."""
+    import pyarrow as pa
+
+    land_records(local_lake, FIRST)
+    project(open_lake(local_lake), spark, TAP, formats=["delta", "iceberg"], iceberg_catalog="lake")
+    land_records(local_lake, ['{"id": 9, "amount": 9}'])
+    attempts = []
+    real = iceberg_module._mirror
+
+    def mirror_after_another_writer(storage, key, table, published, arrow_schema):
+        attempts.append(table.metadata_location)
+        if len(attempts) == 1:  # the other writer: its own catalog, a snapshot of its own
+            other = catalog_of(local_lake).load_table(identifier(TAP, STREAM))
+            other.append(pa.table({"id": pa.array([100], pa.int64())}))
+        return real(storage, key, table, published, arrow_schema)
+
+    monkeypatch.setattr(iceberg_module, "_mirror", mirror_after_another_writer)
+    (result,) = project(open_lake(local_lake), spark, TAP, formats=["delta", "iceberg"], iceberg_catalog="lake")
+    table = catalog_of(local_lake).load_table(identifier(TAP, STREAM))
+    assert len(attempts) == 2 and attempts[0] != attempts[1], "made again on the table as the other writer left it"
+    assert [s.summary.additional_properties.get(DELTA_VERSION) for s in table.snapshots()] == ["0", None, "1"]
+    assert result["iceberg"]["snapshot"] == table.current_snapshot().snapshot_id
+    assert by_id(table.scan().to_arrow().to_pylist()) == by_id(delta_rows(local_lake)), "the table mirrors Delta's rows again"
 
 
 def test_project_registers_iceberg_tables_on_seaweedfs(request, seaweedfs_server, catalog_env):
@@ -257,6 +307,21 @@ def test_two_streams_mapping_to_one_table_name_fail_the_second(local_lake, catal
     assert len(failures) == 1 and "holds stream" in failures[0].cause, failures
     table = catalog_of(local_lake).load_table((TAP, "public_users"))
     assert table.properties["singerlake.stream"] != failures[0].stream and len(table.scan().to_arrow()) == 1
+
+
+def test_the_same_stream_of_another_lake_fails_rather_than_take_the_table_over(local_lake, catalog_env, spark, tmp_path):
+    """Two lakes share one catalog and hold the same tap and stream: the second lake's run fails that stream,
+    naming both locations, and the first lake's table keeps its rows."""
+    (tmp_path / "other").mkdir()
+    other = local_lake_at(tmp_path / "other")
+    land_records(local_lake, ['{"id": 1}'], "users", {"type": "object", "properties": {"id": {"type": "integer"}}})
+    land_records(other, ['{"id": 2}'], "users", {"type": "object", "properties": {"id": {"type": "integer"}}})
+    project(open_lake(local_lake), spark, TAP, formats=["delta", "iceberg"], iceberg_catalog="lake")
+    failures = []
+    project(open_lake(other), spark, TAP, formats=["delta", "iceberg"], iceberg_catalog="lake", failures=failures)
+    assert [failure.stream for failure in failures] == ["users"] and "is another lake's" in failures[0].cause, failures
+    assert str(tmp_path / "other") in failures[0].cause
+    assert catalog_of(local_lake).load_table((TAP, "users")).scan().to_arrow().to_pylist() == [{"id": 1}]
 
 
 def test_vacuum_keeps_every_file_a_retained_snapshot_lists_and_expires_the_older_ones(local_lake, catalog_env, spark):

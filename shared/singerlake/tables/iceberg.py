@@ -17,16 +17,21 @@ tap id, table = the stream name with every character other than letters, digits 
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
+from singerlake.commits.errors import CommitRejected
 from singerlake.commits.lock import Lock
 from singerlake.errors import ConfigError
 from singerlake.format.layout import LOCK
 from singerlake.storage import LocalStorage, Storage
 from singerlake.tables import delta
 
+log = logging.getLogger("singerlake.project")
+
 DELTA_VERSION = "singerlake.delta-version"
+COMMIT_ATTEMPTS = 5  # a catalog's compare-and-swap lost to writers outside the lake's lock
 POSITION = "singerlake.position"
 NAME_MAPPING = "schema.name-mapping.default"
 # A commit per run: metadata files older than the last 100 are deleted as each commit is made (their
@@ -104,7 +109,14 @@ def _load_or_create(catalog, tap_id: str, stream: str, location: str, schema):
     if held != stream:
         holds = f"stream {held!r}" if held else "no singerlake stream"
         raise ConfigError(f"iceberg table {namespace}.{name} holds {holds}, not {stream!r}")
+    if _place(table.location()) != _place(location):  # the same tap and stream in another lake
+        raise ConfigError(f"iceberg table {namespace}.{name} is another lake's (its location is {table.location()}, not {location})")
     return table
+
+
+def _place(location: str) -> str:
+    """A location as compared: a local path with or without ``file://``, without a trailing ``/``."""
+    return location.removeprefix("file://").rstrip("/")
 
 
 def lock_key(table_key: str) -> str:
@@ -230,32 +242,50 @@ def named(tap_id: str, stream: str, table) -> dict:
 
 def sync(storage: Storage, catalog, tap_id: str, stream: str, published: delta.Published, arrow_schema) -> dict | None:
     """Make the Iceberg table's files the Delta table's at ``published`` in ONE snapshot (none when
-    it mirrors that version or a later one already). Returns the table as ``named`` gives it (None: no Delta state yet)."""
-    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+    it mirrors that version or a later one already). Returns the table as ``named`` gives it (None: no Delta state yet).
+    The catalog's compare-and-swap may be lost to a writer outside the lake's lock (another tool): pyiceberg
+    re-applies a commit that does not conflict; one that does (its files changed meanwhile) is planned
+    again here on the table as that writer left it, up to ``COMMIT_ATTEMPTS`` times."""
+    from pyiceberg.exceptions import CommitFailedException, ValidationException
 
     if published.state_version is None or not published.state:
         return None
     key = delta.table_key(tap_id, stream)
     with Lock(storage, lock_key(key), writer_prefix="iceberg"):
         table = _load_or_create(catalog, tap_id, stream, f"{file_uri(storage, key)}/_iceberg", arrow_schema)
-        mirrored = mirrored_version(table)
-        if mirrored is not None and mirrored >= published.state_version:
-            return named(tap_id, stream, table)
-        wanted = {file_uri(storage, f"{key}/{part['published']}") for part in published.state["parts"]}
-        current = _current_files(table)
-        tx = table.transaction()
-        evolve_schema(tx, arrow_schema)
-        mapping = tx.table_metadata.schema().name_mapping.model_dump_json()
-        wanted_properties = {NAME_MAPPING: mapping} | BOUNDED_METADATA
-        if any(tx.table_metadata.properties.get(name) != value for name, value in wanted_properties.items()):
-            tx.set_properties(**wanted_properties)
-        properties = {DELTA_VERSION: str(published.state_version), POSITION: str(published.state["position"])}
-        removed = [file for path, file in current.items() if path not in wanted]
-        added = sorted(wanted - set(current))
-        snapshot = tx.update_snapshot(snapshot_properties=properties)
-        with live_manifests_only(snapshot.overwrite() if removed else snapshot.fast_append()) as producer:
-            for file in removed:
-                producer.delete_data_file(file)
-            for path in added:
-                producer.append_data_file(parquet_file_to_data_file(table.io, tx.table_metadata, path))
-        return named(tap_id, stream, tx.commit_transaction())
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                return named(tap_id, stream, _mirror(storage, key, table, published, arrow_schema))
+            except (CommitFailedException, ValidationException) as exc:
+                if attempt == COMMIT_ATTEMPTS:
+                    raise CommitRejected(f"iceberg table {'.'.join(identifier(tap_id, stream))}: {exc}".splitlines()[0]) from None
+                log.info("iceberg table %s changed under this commit (%s); made again", ".".join(identifier(tap_id, stream)), exc)
+                table = catalog.load_table(identifier(tap_id, stream))
+
+
+def _mirror(storage: Storage, key: str, table, published: delta.Published, arrow_schema):
+    """One attempt: the snapshot that makes ``table``'s files the Delta table's (``table`` itself when it
+    mirrors that version already)."""
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    mirrored = mirrored_version(table)
+    if mirrored is not None and mirrored >= published.state_version:
+        return table
+    wanted = {file_uri(storage, f"{key}/{part['published']}") for part in published.state["parts"]}
+    current = _current_files(table)
+    tx = table.transaction()
+    evolve_schema(tx, arrow_schema)
+    mapping = tx.table_metadata.schema().name_mapping.model_dump_json()
+    wanted_properties = {NAME_MAPPING: mapping} | BOUNDED_METADATA
+    if any(tx.table_metadata.properties.get(name) != value for name, value in wanted_properties.items()):
+        tx.set_properties(**wanted_properties)
+    properties = {DELTA_VERSION: str(published.state_version), POSITION: str(published.state["position"])}
+    removed = [file for path, file in current.items() if path not in wanted]
+    added = sorted(wanted - set(current))
+    snapshot = tx.update_snapshot(snapshot_properties=properties)
+    with live_manifests_only(snapshot.overwrite() if removed else snapshot.fast_append()) as producer:
+        for file in removed:
+            producer.delete_data_file(file)
+        for path in added:
+            producer.append_data_file(parquet_file_to_data_file(table.io, tx.table_metadata, path))
+    return tx.commit_transaction()
