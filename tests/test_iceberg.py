@@ -202,7 +202,7 @@ def test_type_changes_and_runs_without_iceberg_are_caught_up(local_lake, catalog
     assert not [d.path for d in deletions if "/_iceberg/" in d.path]
 
 
-def test_concurrent_commits_to_one_table_are_serialised_and_many_streams_share_the_catalog(local_lake, catalog_env, spark, monkeypatch):
+def test_concurrent_commits_to_one_table_are_serialised_and_many_streams_share_the_catalog(local_lake, any_catalog, spark, monkeypatch):
     """Two syncs of one table at once (two runs): the lake's lock lets one create the table and commit, the other then
     finds that version mirrored. Several streams commit to one SQLite catalog in one run (the driver's threads)."""
     schema = {"type": "object", "properties": {"id": {"type": "integer"}, "s": {"type": "string"}}}
