@@ -42,6 +42,11 @@ def run(lake: Lake) -> dict:
     return result
 
 
+def leave_head_at(local_lake, version: int) -> None:
+    """The heads as a run whose update was lost (or a hand) left them."""
+    local_lake.storage.write(heads_key(TAP), json.dumps({"format": "singerlake-heads", "tables": {STREAM: version}}).encode())
+
+
 def table_rows(local_lake) -> dict[int, str]:
     rows = DeltaTable(delta.table_uri(local_lake.storage, KEY)).to_pyarrow_table(columns=["id", "note"]).to_pylist()
     assert len(rows) == len({row["id"] for row in rows}), "one row per key"
@@ -71,7 +76,7 @@ def test_a_run_planned_from_a_stale_head_plans_the_stream_again_and_loses_nothin
     land(lake, range(5, 10))
     run(lake)
     # A head left behind: another run committed version 1 and its heads update was lost.
-    local_lake.storage.write(heads_key(TAP), json.dumps({"format": "singerlake-heads", "tables": {STREAM: 0}}).encode())
+    leave_head_at(local_lake, 0)
     land(lake, range(8, 12), "updated")
 
     result = run(lake)
@@ -84,7 +89,7 @@ def test_a_head_naming_a_version_the_log_lacks_reads_the_log(local_lake):
     lake = Lake(local_lake.storage)
     land(lake, range(0, 3))
     run(lake)
-    local_lake.storage.write(heads_key(TAP), json.dumps({"format": "singerlake-heads", "tables": {STREAM: 40}}).encode())
+    leave_head_at(local_lake, 40)
     land(lake, range(3, 6))
     assert run(lake)["version"] == 1
     assert read_heads(local_lake.storage, TAP).tables == {STREAM: 40}, "a head is only ever raised"
