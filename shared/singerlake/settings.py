@@ -15,7 +15,6 @@ class Setting(NamedTuple):
     name: str
     description: str
     secret: bool = False
-    default: str | None = None
 
 
 LAKE_LOCATION = (

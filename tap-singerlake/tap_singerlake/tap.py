@@ -106,7 +106,7 @@ class TapSingerlake(Tap):
     ]
     # Ours alone: the SDK adds its standard settings to config_jsonschema in some processes, not others.
     declared_settings = th.PropertiesList(
-        *(th.Property(s.name, th.StringType, description=s.description, secret=s.secret, default=s.default) for s in LAKE_LOCATION),
+        *(th.Property(s.name, th.StringType, description=s.description, secret=s.secret) for s in LAKE_LOCATION),
         th.Property("tap_id", th.StringType, description="Which tap's data to replay (a tap id under raw/ in the lake)."),
         th.Property(
             "streams",

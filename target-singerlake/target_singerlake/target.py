@@ -98,7 +98,7 @@ class TargetSingerlake(Target):
     ]
     # Ours alone: the SDK adds its standard settings to config_jsonschema in some processes, not others.
     declared_settings = th.PropertiesList(
-        *(_setting(s.name, th.StringType, s.description, secret=s.secret, default=s.default) for s in LAKE_LOCATION),
+        *(_setting(s.name, th.StringType, s.description, secret=s.secret) for s in LAKE_LOCATION),
         _setting(
             "tap_id",
             th.StringType,
