@@ -15,7 +15,7 @@ from singerlake.jobs.vacuum import vacuum
 from singerlake.lake import Lake
 from singerlake.landing.writer import SchemaWriter
 from singerlake.spark.session import OnDemand
-from singerlake.tables import delta
+from singerlake.tables import delta, delta_log
 from singerlake.tables.heads import heads_key, read_heads
 from singerlake.tables.project import project
 from singerlake.times import now_ms
@@ -122,3 +122,20 @@ def test_a_run_with_nothing_new_checks_its_head_is_still_the_tables(local_lake):
     counting = Counting(local_lake.storage)
     assert run(Lake(counting))["version"] == 1, "nothing new, and the table's head found past the stale one"
     assert read_heads(local_lake.storage, TAP).tables == {STREAM: 1}
+
+
+def test_a_checkpoint_whose_committer_died_is_replaced_by_the_log_at_the_next_one(local_lake):
+    """Planned from the heads, a commit due a checkpoint starts from the last one due; when that one is missing
+    (its committer died before writing it) the log is replayed from the one before, and readers see every row."""
+    lake = Lake(local_lake.storage)
+    for number in range(6):  # versions 0..5: version 5 is due a checkpoint
+        land(lake, range(number * 3, number * 3 + 3))
+        run(lake)
+    local_lake.storage.delete(delta_log.checkpoint_key(KEY, 5))  # as if its committer had died before writing it
+    local_lake.storage.delete(f"{KEY}/_delta_log/_last_checkpoint")
+    for number in range(6, 12):  # up to version 11, due the next checkpoint
+        land(lake, range(number * 3, number * 3 + 3))
+        assert run(lake)["version"] == number
+    assert local_lake.storage.exists(delta_log.checkpoint_key(KEY, 11))
+    assert delta_log.last_checkpoint(local_lake.storage, KEY) == 11
+    assert sorted(table_rows(local_lake)) == list(range(36)), "read from the new checkpoint by delta-rs"

@@ -132,7 +132,7 @@ def _commit_actions(storage: Storage, key: str, base: Published, actions: list[d
     version = base.version + 1
     delta_log.write(storage, key, version, actions)
     if delta_log.checkpoint_due(version):
-        checkpoint = base.checkpoint if base.checkpoint_read else delta_log.last_checkpoint(storage, key)
+        checkpoint = base.checkpoint if base.checkpoint_read else delta_log.due_checkpoint_at_or_below(base.version)
         delta_log.write_checkpoint(storage, key, version, delta_log.Head(base.version, checkpoint), actions)
     return version
 

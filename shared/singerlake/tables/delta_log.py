@@ -94,6 +94,12 @@ def checkpoint_due(version: int) -> bool:
     return (version + 1) % CHECKPOINT_INTERVAL == 0  # the versions delta-rs would pick for the same interval
 
 
+def due_checkpoint_at_or_below(version: int) -> int | None:
+    """The latest version at or below ``version`` whose committer writes a checkpoint (it may have died first)."""
+    due = (version + 1) // CHECKPOINT_INTERVAL * CHECKPOINT_INTERVAL - 1
+    return due if due >= 0 else None
+
+
 def write_checkpoint(storage: Storage, key: str, version: int, since: Head, actions: list[dict]) -> None:
     """The checkpoint of ``version`` (whose ``actions`` the caller just wrote): the checkpoint ``since``
     names replayed with the log entries after it, tombstones younger than Delta's retention kept."""
@@ -101,10 +107,11 @@ def write_checkpoint(storage: Storage, key: str, version: int, since: Head, acti
     import pyarrow.parquet as pq
 
     replayed: dict[str, dict] = {}  # "protocol", "metaData", "add:<path>", "remove:<path>", "txn:<app>"
-    if since.checkpoint is not None:
-        for action in pq.read_table(io.BytesIO(storage.read(checkpoint_key(key, since.checkpoint)).data)).to_pylist():
+    checkpoint, stored = _stored_checkpoint(storage, key, since.checkpoint)
+    if stored is not None:
+        for action in pq.read_table(io.BytesIO(stored)).to_pylist():
             _apply(replayed, {kind: _from_parquet(value) for kind, value in action.items() if value is not None})
-        first = since.checkpoint + 1
+        first = checkpoint + 1
     else:
         first = 0
     for earlier in range(first, version):
@@ -129,6 +136,23 @@ def write_checkpoint(storage: Storage, key: str, version: int, since: Head, acti
     adds = sum(1 for row in rows if "add" in row)
     last = {"version": version, "size": len(rows), "sizeInBytes": len(buffer.getvalue()), "numOfAddFiles": adds}
     storage.write(f"{key}/_delta_log/{LAST_CHECKPOINT}", json.dumps(last).encode())
+
+
+def _stored_checkpoint(storage: Storage, key: str, checkpoint: int | None) -> tuple[int | None, bytes | None]:
+    """(version, bytes) of checkpoint ``checkpoint``; when it is missing (its committer died before writing it),
+    of the one ``_last_checkpoint`` names; (None, None): none, the log is replayed from version 0."""
+    if checkpoint is None:
+        return None, None
+    try:
+        return checkpoint, storage.read(checkpoint_key(key, checkpoint)).data
+    except NotFound:
+        named = last_checkpoint(storage, key)
+    if named is None or named == checkpoint:
+        return None, None
+    try:
+        return named, storage.read(checkpoint_key(key, named)).data
+    except NotFound:
+        return None, None
 
 
 def _apply(replayed: dict[str, dict], action: dict) -> None:
