@@ -184,7 +184,7 @@ def project(
         committed |= committed_again
     for tap in heads:  # what the run committed, and the heads of tables it had to read from their logs
         versions = {name: plan.published.version for (t, name), plan in plans.items() if t == tap and plan.published.version is not None}
-        raise_heads(lake.storage, tap, {name: v for name, v in versions.items() if heads[tap].get(name) != v}, heads[tap])
+        raise_heads(lake.storage, tap, versions, heads[tap])  # writes only when a head rises
     snapshots: dict = {}
     if catalog is not None:  # after the Delta commits; also streams with nothing new whose Iceberg table lags behind
         mirror = [stream_id for stream_id, plan in plans.items() if not found.has(*stream_id) and plan.published.version is not None]
