@@ -1,7 +1,9 @@
 """Generate the benchmark stream: `users`, N records of 9 fields, a STATE every 100k records.
 
 1M records are about 290 MB of Singer text. Deterministic for a given seed.
-Usage: python bench/gen_users.py [RECORDS] > users.singer.jsonl
+With --spread-days N, each record also has `created_at`, a date-time spread evenly over N days of 2025
+(for the partitioned tables' bench, bench/partitioned.py).
+Usage: python bench/gen_users.py [RECORDS] [--spread-days N] > users.singer.jsonl
 """
 
 from __future__ import annotations
@@ -42,10 +44,13 @@ TAGS = ["admin", "beta", "churn-risk", "enterprise", "free", "newsletter", "tria
 CITIES = ["London", "Lagos", "Tokyo", "São Paulo", "Montréal", "Berlin", "Pune", "Oslo"]
 
 
-def messages(count: int, seed: int = 42):
+def messages(count: int, seed: int = 42, spread_days: int = 0):
     rng = random.Random(seed)
     start = datetime(2024, 1, 1, tzinfo=timezone.utc)
-    yield json.dumps(SCHEMA)
+    schema = json.loads(json.dumps(SCHEMA))
+    if spread_days:
+        schema["schema"]["properties"]["created_at"] = {"type": "string", "format": "date-time"}
+    yield json.dumps(schema)
     for i in range(1, count + 1):
         at = start + timedelta(milliseconds=i * 37)
         stamp = at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
@@ -64,6 +69,9 @@ def messages(count: int, seed: int = 42):
                 "zip": f"{rng.randint(10000, 99999)}",
             },
         }
+        if spread_days:  # 7919 is prime to the seconds of the span: consecutive ids land on days far apart
+            created = datetime(2025, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=i * 7919 % (spread_days * 86400))
+            record["created_at"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
         message = {"type": "RECORD", "stream": "users", "record": record, "time_extracted": stamp}
         yield json.dumps(message, ensure_ascii=False, separators=(",", ":"))
         if i % 100_000 == 0 or i == count:
@@ -71,9 +79,11 @@ def messages(count: int, seed: int = 42):
 
 
 def main() -> None:
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
+    args = sys.argv[1:]
+    spread_days = int(args[args.index("--spread-days") + 1]) if "--spread-days" in args else 0
+    count = int(args[0]) if args and args[0] != "--spread-days" else 1_000_000
     out = sys.stdout
-    for line in messages(count):
+    for line in messages(count, spread_days=spread_days):
         out.write(line)
         out.write("\n")
 

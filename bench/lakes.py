@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
@@ -21,9 +22,9 @@ def land(lake: Path, source: Path, work: Path) -> None:
                        stderr=subprocess.DEVNULL, check=True)  # fmt: skip
 
 
-def updates(source: Path, count: int, out: Path) -> Path:
-    """The stream's SCHEMA and its first ``count`` records again, changed: ``count`` updated keys, written to ``out``.
-    Reads only as far as it needs (a 10M-record source is 3 GB)."""
+def updates(source: Path, count: int, out: Path, moved: int = 0) -> Path:
+    """The stream's SCHEMA and its first ``count`` records again, changed: ``count`` updated keys, written to ``out``;
+    the first ``moved`` of them also a day later in ``created_at``. Reads only as far as it needs (a 10M-record source is 3 GB)."""
     schema, changed = None, []
     with open(source, encoding="utf-8") as lines:
         for line in lines:
@@ -32,6 +33,9 @@ def updates(source: Path, count: int, out: Path) -> Path:
                 schema = line.rstrip("\n")
             elif message["type"] == "RECORD":
                 message["record"]["name"] = f"updated {len(changed)}"
+                if len(changed) < moved:  # its day changes: the key moves to another partition
+                    created = datetime.fromisoformat(message["record"]["created_at"].replace("Z", "+00:00")) + timedelta(days=1)
+                    message["record"]["created_at"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
                 changed.append(json.dumps(message))
                 if len(changed) == count:
                     break

@@ -29,6 +29,11 @@ PAGES = {  # bench: (title, what it measures)
         "`singerlake project --formats delta` against `--formats delta,iceberg` (a SQLite catalog) on copies of one "
         "landed lake, alternating.",
     ),
+    "partitioned": (
+        "Partitioned tables",
+        "`singerlake project --partition-by users=created_at:day` beside the same projection unpartitioned and DuckDB's "
+        "`COPY … PARTITION_BY`, then a one-day count on each table; alternating between rounds, best with the min–max.",
+    ),
     "files": (
         "Files",
         "`push`, the index's queries and `fetch` beside a plain copy loop and a plain boto3 loop, locally and on a moto "

@@ -141,6 +141,8 @@ def cmd_project(args: argparse.Namespace, output: Output) -> int:
         hard_delete=args.hard_delete,
         iceberg_catalog=args.iceberg_catalog,
         types=args.types,
+        partition_by=args.partition_by,
+        rebuild=args.rebuild,
     )
     return output.finish({"streams": results}, "\n".join(map(projected_text, results)) or "no streams", failures)
 

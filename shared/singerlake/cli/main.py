@@ -102,6 +102,17 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="leave deleted rows (_sdc_deleted_at, ACTIVATE_VERSION) out of the tables (default: keep them, _sdc_deleted_at set)",
     )
+    sub.choices["project"].add_argument(
+        "--partition-by",
+        dest="partition_by",
+        action="append",
+        metavar="STREAM=FIELD[:TRANSFORM],...",
+        help="partition a stream's table by record fields, each by identity (the default), year, month, day or hour "
+        "(e.g. orders=created_at:day); repeatable, one per stream; give the same on every run",
+    )
+    sub.choices["project"].add_argument(
+        "--rebuild", action="store_true", help="project anew the streams whose --partition-by differs from their table's (one commit each)"
+    )
     sql = command("sql", cmd_sql, "Spark SQL over a tap's streams: each a view of its current rows (--raw: every record)", spark=True)
     for cmd in (sub.choices["project"], sql):
         cmd.add_argument("--type", dest="types", action="append", metavar="STREAM.COLUMN=TYPE", help=TYPE_HELP)

@@ -137,9 +137,20 @@ def _commit_actions(storage: Storage, key: str, base: Published, actions: list[d
     return version
 
 
-def commit(storage: Storage, key: str, base: Published, schema, adds: list[dict], removes: list[dict], overwrite: bool, state: dict) -> int:
+def commit(
+    storage: Storage,
+    key: str,
+    base: Published,
+    schema,
+    adds: list[dict],
+    removes: list[dict],
+    overwrite: bool,
+    state: dict,
+    partition_by: list[str] | None = None,
+) -> int:
     """One transaction: add ``adds`` and remove ``removes`` (``{"path", "size", "rows"}``, paths
-    relative to the table; with ``overwrite``, every current file and a new schema) and record ``state``.
+    relative to the table, and ``partition``, its partition values, on a table partitioned by the columns
+    ``partition_by``; with ``overwrite``, every current file and a new schema) and record ``state``.
     Never retried: when another run committed since ``base`` was read, CommitRejected and the table is
     unchanged. A plain commit is one create-only log entry; creating the table and changing its schema
     (rare) go through delta-rs, which writes the protocol and metadata actions."""
@@ -153,21 +164,44 @@ def commit(storage: Storage, key: str, base: Published, schema, adds: list[dict]
         info = {"timestamp": now, "operation": "WRITE", "operationParameters": {"mode": "Append"}, "clientVersion": CLIENT}
         info[STATE_KEY] = state
         removed = [{"remove": {"path": r["path"], "deletionTimestamp": now, "dataChange": True, "extendedFileMetadata": True,
-                               "partitionValues": {}, "size": r["size"]}} for r in removes]  # fmt: skip
-        added = [{"add": {"path": a["path"], "partitionValues": {}, "size": a["size"], "modificationTime": now, "dataChange": True,
-                          "stats": stats(a)}} for a in adds]  # fmt: skip
+                               "partitionValues": r.get("partition", {}), "size": r["size"]}} for r in removes]  # fmt: skip
+        added = [{"add": {"path": a["path"], "partitionValues": a.get("partition", {}), "size": a["size"], "modificationTime": now,
+                          "dataChange": True, "stats": stats(a)}} for a in adds]  # fmt: skip
         return _commit_actions(storage, key, base, [{"commitInfo": info}, *removed, *added])
-    actions = [AddAction(a["path"], a["size"], {}, now, True, stats(a)) for a in adds]
+    actions = [AddAction(a["path"], a["size"], a.get("partition", {}), now, True, stats(a)) for a in adds]
     properties = CommitProperties(custom_metadata={STATE_KEY: state}, max_commit_retries=0)
     if base.version is None:
         create_table_with_add_actions(
-            table_uri(storage, key), Schema.from_arrow(schema), actions, mode="error", configuration=TABLE_CONFIGURATION,
+            table_uri(storage, key), Schema.from_arrow(schema), actions, mode="error", partition_by=partition_by or None,
+            configuration=TABLE_CONFIGURATION,
             storage_options=storage_options(storage), commit_properties=properties,
         )  # fmt: skip
         return 0
     try:
         table = open_table(storage, key, base.version)
+        if list(table.metadata().partition_columns) != list(partition_by or []):  # delta-rs keeps a table's partition columns
+            return _repartition(storage, key, base, table, schema, adds, state, partition_by or [])
         table.create_write_transaction(actions, mode="overwrite", schema=schema, commit_properties=properties)
     except CommitFailedError:
         raise CommitRejected(f"{storage.url_of(key)}: version {base.version + 1} was committed by another writer first") from None
     return base.version + 1
+
+
+def _repartition(storage: Storage, key: str, base: Published, table, schema, adds: list[dict], state: dict, partition_by: list[str]) -> int:
+    """An overwrite that changes the partition columns (a rebuild, SPEC.md §12), as one create-only log entry:
+    the table's metadata with the new schema and partition columns, every current file removed, ``adds`` added."""
+    import pyarrow as pa
+    from deltalake import Schema
+
+    now, metadata = int(time.time() * 1000), table.metadata()
+    info = {"timestamp": now, "operation": "WRITE", "operationParameters": {"mode": "Overwrite"}, "clientVersion": CLIENT, STATE_KEY: state}
+    meta = {
+        "id": metadata.id, "name": metadata.name, "description": metadata.description, "format": {"provider": "parquet", "options": {}},
+        "schemaString": Schema.from_arrow(schema).to_json(), "partitionColumns": partition_by,
+        "configuration": dict(metadata.configuration), "createdTime": metadata.created_time,
+    }  # fmt: skip
+    current = pa.table(table.get_add_actions(flatten=False)).column("path").to_pylist()
+    removed = [{"remove": {"path": path, "deletionTimestamp": now, "dataChange": True}} for path in current]
+    added = [{"add": {"path": a["path"], "partitionValues": a.get("partition", {}), "size": a["size"], "modificationTime": now,
+                      "dataChange": True, "stats": json.dumps({"numRecords": a["rows"]})}} for a in adds]  # fmt: skip
+    return _commit_actions(storage, key, base, [{"commitInfo": info}, {"metaData": meta}, *removed, *added])

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import logging
 import re
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from singerlake.commits.errors import CommitRejected
@@ -240,6 +242,71 @@ def named(tap_id: str, stream: str, table) -> dict:
     }
 
 
+def evolve_spec(tx, columns: list[str]) -> None:
+    """The table's partition spec made identity on ``columns`` (the Delta table's partition columns), as a new spec when it differs."""
+    spec = tx.table_metadata.spec()
+    schema = tx.table_metadata.schema()
+    if [schema.find_column_name(field.source_id) for field in spec.fields] == columns:
+        return
+    with tx.update_spec() as update:
+        for field in spec.fields:
+            update.remove_field(field.name)
+        for column in columns:
+            update.add_identity(column)
+
+
+def partition_record(table_metadata, partition: dict):
+    """A data file's partition (identity on each partition column) from the values its part records, typed as Iceberg holds them."""
+    from pyiceberg.typedef import Record
+    from pyiceberg.types import BooleanType, DateType, DecimalType, IntegerType, LongType, TimestamptzType
+
+    schema, values = table_metadata.schema(), []
+    for field in table_metadata.spec().fields:
+        kind, text = schema.find_field(field.source_id).field_type, partition.get(schema.find_column_name(field.source_id))
+        if text is None or not isinstance(kind, (BooleanType, DateType, DecimalType, IntegerType, LongType, TimestamptzType)):
+            values.append(text)
+        elif isinstance(kind, BooleanType):
+            values.append(text == "true")
+        elif isinstance(kind, DateType):
+            values.append((date.fromisoformat(text) - date(1970, 1, 1)).days)
+        elif isinstance(kind, DecimalType):
+            values.append(Decimal(text))
+        elif isinstance(kind, TimestamptzType):
+            moment = datetime.fromisoformat(text).replace(tzinfo=UTC)  # as the Delta log writes it, in UTC
+            values.append((moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1))
+        else:
+            values.append(int(text))
+    return Record(*values)
+
+
+def data_file(io, table_metadata, path: str, partition: dict):
+    """pyiceberg's ``parquet_file_to_data_file`` with the partition given (ours), not inferred from the footer's statistics."""
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import (
+        _check_pyarrow_schema_compatible,
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+    input_file = io.new_input(path)
+    with input_file.open() as stream:
+        metadata = pq.read_metadata(stream)
+    schema = table_metadata.schema()
+    _check_pyarrow_schema_compatible(schema, metadata.schema.to_arrow_schema(), format_version=table_metadata.format_version)
+    statistics = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=metadata,
+        stats_columns=compute_statistics_plan(schema, table_metadata.properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema),
+    )
+    return DataFile.from_args(
+        content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET, partition=partition_record(table_metadata, partition),
+        file_size_in_bytes=len(input_file), sort_order_id=None, spec_id=table_metadata.default_spec_id, equality_ids=None,
+        key_metadata=None, **statistics.to_serialized_dict(),
+    )  # fmt: skip
+
+
 def sync(storage: Storage, catalog, tap_id: str, stream: str, published: delta.Published, arrow_schema) -> dict | None:
     """Make the Iceberg table's files the Delta table's at ``published`` in ONE snapshot (none when
     it mirrors that version or a later one already). Returns the table as ``named`` gives it (None: no Delta state yet).
@@ -266,15 +333,15 @@ def sync(storage: Storage, catalog, tap_id: str, stream: str, published: delta.P
 def _mirror(storage: Storage, key: str, table, published: delta.Published, arrow_schema):
     """One attempt: the snapshot that makes ``table``'s files the Delta table's (``table`` itself when it
     mirrors that version already)."""
-    from pyiceberg.io.pyarrow import parquet_file_to_data_file
-
     mirrored = mirrored_version(table)
     if mirrored is not None and mirrored >= published.state_version:
         return table
-    wanted = {file_uri(storage, f"{key}/{part['published']}") for part in published.state["parts"]}
+    partitions = {file_uri(storage, f"{key}/{part['published']}"): part.get("partition", {}) for part in published.state["parts"]}
+    wanted = set(partitions)
     current = _current_files(table)
     tx = table.transaction()
     evolve_schema(tx, arrow_schema)
+    evolve_spec(tx, [entry["column"] for entry in published.state.get("partitioning", [])])
     mapping = tx.table_metadata.schema().name_mapping.model_dump_json()
     wanted_properties = {NAME_MAPPING: mapping} | BOUNDED_METADATA
     if any(tx.table_metadata.properties.get(name) != value for name, value in wanted_properties.items()):
@@ -287,5 +354,5 @@ def _mirror(storage: Storage, key: str, table, published: delta.Published, arrow
         for file in removed:
             producer.delete_data_file(file)
         for path in added:
-            producer.append_data_file(parquet_file_to_data_file(table.io, tx.table_metadata, path))
+            producer.append_data_file(data_file(table.io, tx.table_metadata, path, partitions[path]))
     return tx.commit_transaction()

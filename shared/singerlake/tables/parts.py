@@ -10,6 +10,7 @@ from typing import Any
 from singerlake.format.columnar import typed_texts
 from singerlake.format.exact import decode, json_text, json_value, records_needs, typed_table
 from singerlake.storage import Storage
+from singerlake.tables import partitions
 from singerlake.tables.deletes import SDC_DELETED_AT, apply_deletes, deletes_changed, table_properties
 from singerlake.tables.overrides import apply, staging_position
 from singerlake.tables.staging import conform
@@ -119,6 +120,7 @@ def trim_part(storage: Storage, item: dict, part: dict, staging, keep) -> tuple[
     nothing is decoded. Its needs stay the part's, so a column's type does not narrow when a row is
     updated (narrowing would change the table's schema under its readers and rewrite every file)."""
     trimmed = write_staging(storage, item["staging"], staging.filter(keep), item["properties"], needs=part["needs"])
+    trimmed |= {"partition": part["partition"]} if "partition" in part else {}
     return trimmed, read_parquet(storage, f"{item['table']}/{part['published']}").filter(keep)
 
 
@@ -132,10 +134,11 @@ def publish(
     staging=None,
     published=None,
     overrides: dict | None = None,
+    partitioning: list[dict] | None = None,
 ) -> dict:
     """Write the part's published Parquet file (and CSV twin) from its staging rows (``staging``, else
     read from its staging file), or its rows typed already (``published``); chosen columns (``overrides``)
-    converted to their types."""
+    converted to their types; a partitioned table's derived partition columns added."""
     import pyarrow.parquet as pq
 
     if published is None:
@@ -144,6 +147,8 @@ def publish(
     if overrides:
         rows = lambda: staging if staging is not None else read_parquet(storage, part["staging"])  # noqa: E731  (only to name a value)
         published = apply(published, overrides, staging_position(rows))
+    if partitioning:
+        published = partitions.with_columns(published, partitioning, part.get("partition"))
     buffer = io.BytesIO()
     pq.write_table(published, buffer, **PARQUET)
     name = f"part-{new_file_id()}.parquet"

@@ -6,13 +6,14 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 
 from singerlake.format.catalogue import replay_schema
+from singerlake.format.errors import ProjectionError
 from singerlake.format.manifest import Manifest
 from singerlake.format.names import encode_segment
 from singerlake.format.needs import StatsReader
 from singerlake.format.positions import Position, check_bookmark
 from singerlake.lake import Lake
 from singerlake.replay.plan import plan_files
-from singerlake.tables import delta, delta_log
+from singerlake.tables import delta, delta_log, partitions
 from singerlake.tables.deletes import deletes_properties
 from singerlake.tables.schemas import published_schema, schema_text  # noqa: F401 (the project modules take them from here)
 
@@ -34,6 +35,7 @@ class StreamPlan:
     activated: int = 0  # the stream's ACTIVATE_VERSIONs: how many the table has applied after this run
     needs: dict | None = None  # what the new records need, from their files' statistics (None: a file has none)
     overrides: dict = dataclass_field(default_factory=dict)  # column -> the type the user chose (SPEC.md §12)
+    partitioning: list[dict] = dataclass_field(default_factory=list)  # the run's partition fields (SPEC.md §12, partitions.py)
 
     @property
     def table(self) -> str:
@@ -86,24 +88,41 @@ def missing_twins(parts: list[dict], csv: bool) -> bool:
     return csv and any("csv" not in part for part in parts)
 
 
-def plan_stream(
-    lake: Lake, tap_id: str, stream: str, hard: bool = False, csv: bool = False, overrides: dict | None = None, head: int | None = None
-) -> StreamPlan:
+@dataclass
+class Wanted:
+    """What the run is asked for, the same for every stream but the per-stream choices."""
+
+    hard: bool = False  # hard deletes (SPEC.md §12); soft by default
+    csv: bool = False
+    types: dict = dataclass_field(default_factory=dict)  # stream -> column -> chosen type
+    partition_by: dict = dataclass_field(default_factory=dict)  # stream -> partitioning
+    rebuild: bool = False  # project anew a stream whose partitioning changes
+
+
+def plan_stream(lake: Lake, tap_id: str, stream: str, wanted: Wanted | None = None, head: int | None = None) -> StreamPlan:
     """What a run must do for the stream. ``head``: the table's version as the heads name it (SPEC.md §12)."""
+    wanted = wanted or Wanted()
     manifest = lake.manifest(tap_id, stream)
     published = delta.latest(lake.storage, delta.table_key(tap_id, stream), head)
     end = Position(*manifest.end_position(), manifest.generation)
     activations = manifest.activate_versions
-    plan = StreamPlan(tap_id, stream, manifest, published, end, hard=hard, activated=len(activations), overrides=overrides or {})
+    overrides, partitioning = wanted.types.get(stream, {}), wanted.partition_by.get(stream, [])
+    plan = StreamPlan(tap_id, stream, manifest, published, end, hard=wanted.hard, activated=len(activations), overrides=overrides)
+    plan.partitioning = partitioning
     plan.anew = published.state is not None and published.state.get("deletes") != plan.deletes
+    if published.state is not None and published.state.get("partitioning", []) != partitioning:
+        if not wanted.rebuild:
+            was, asked = partitions.spec_text(published.state.get("partitioning")), partitions.spec_text(partitioning)
+            raise ProjectionError(f"its table is partitioned by {was}, this run asks for {asked}: give --rebuild to project it anew")
+        plan.anew = True
     after = Position.from_bookmark(plan.state["position"], stream) if "position" in plan.state else None
     check_bookmark(after, manifest)
     plan.activations = activations[plan.state.get("activations", 0) :]
     caught_up = after is not None and after >= end and not plan.activations
     same_types = plan.state.get("overrides", {}) == plan.overrides  # a choice given or dropped retypes the table
-    if (caught_up and same_types and not missing_twins(plan.state["parts"], csv)) or not manifest.versions:
+    if (caught_up and same_types and not missing_twins(plan.state["parts"], wanted.csv)) or not manifest.versions:
         if not published.checkpoint_read and delta_log.committed(lake.storage, plan.table, published.version + 1):
-            return plan_stream(lake, tap_id, stream, hard, csv, overrides)  # a stale head: the log tells what is new
+            return plan_stream(lake, tap_id, stream, wanted)  # a stale head: the log tells what is new
         plan.up_to_date = True
         return plan
     plan.files = plan_files(manifest, set(manifest.versions), after, manifest.commits)
@@ -135,6 +154,8 @@ def work_item(plan: StreamPlan, formats: list[str]) -> dict:
         "activations": plan.activations,
         "needs": plan.needs,
         "overrides": plan.overrides,
+        "partitioning": plan.partitioning,
+        "kinds": {f["field"]: partitions.declared_kind(plan.properties[f["field"]]) for f in plan.partitioning},
     }
 
 
@@ -144,7 +165,7 @@ def run_result(kept: list[dict], added: list[dict], replaced: list[dict], overwr
     return {
         "parts": kept + added,
         "adds": kept + added if overwrite else added,
-        "removes": [{"path": part["published"], "size": part["size"]} for part in replaced],
+        "removes": [{"path": part["published"], "size": part["size"], "partition": part.get("partition", {})} for part in replaced],
         "overwrite": overwrite,
         "types": types,
         "schema": schema,

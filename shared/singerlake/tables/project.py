@@ -45,11 +45,11 @@ from singerlake.spark.runner import (
     selected_streams,
 )
 from singerlake.spark.session import session_of
-from singerlake.tables import delta, iceberg, overrides
+from singerlake.tables import delta, iceberg, overrides, partitions
 from singerlake.tables.buckets import large_layout, project_large_stream
 from singerlake.tables.deletes import SDC_DELETED_AT
 from singerlake.tables.heads import raise_heads, read_heads
-from singerlake.tables.plan import StreamPlan, plan_stream, published_schema
+from singerlake.tables.plan import StreamPlan, Wanted, plan_stream, published_schema
 from singerlake.tables.small import PART_ROWS, project_small_streams
 
 log = logging.getLogger("singerlake.project")
@@ -69,12 +69,19 @@ def commit_run(lake: Lake, plan: StreamPlan, result: dict) -> dict:
         state["overrides"] = plan.overrides
     if "buckets" in result:  # a large stream's parts are buckets of keys (SPEC.md §12)
         state["buckets"] = result["buckets"]
-    adds = [{"path": part["published"], "size": part["size"], "rows": part["rows"]} for part in result["adds"]]
-    schema = published_schema(plan.properties, result["types"], plan.overrides)
+    if plan.partitioning:
+        state["partitioning"] = plan.partitioning
+    adds = [{"path": part["published"], "size": part["size"], "rows": part["rows"]} | partition_of(part) for part in result["adds"]]
+    schema = published_schema(plan.properties, result["types"], plan.overrides, plan.partitioning)
     pause_point("project-before-commit")
-    version = delta.commit(lake.storage, plan.table, plan.published, schema, adds, result["removes"], result["overwrite"], state)
+    partition_by, removes = partitions.columns(plan.partitioning), result["removes"]
+    version = delta.commit(lake.storage, plan.table, plan.published, schema, adds, removes, result["overwrite"], state, partition_by)
     plan.published = delta.Published(version, state, state_version=version)
     return plan.summary(plan.new_records)
+
+
+def partition_of(part: dict) -> dict:
+    return {"partition": part["partition"]} if "partition" in part else {}
 
 
 def check_formats(lake: Lake, formats: list[str], iceberg_catalog: str | None = None):
@@ -91,8 +98,21 @@ def check_formats(lake: Lake, formats: list[str], iceberg_catalog: str | None = 
 
 def sync_iceberg(lake: Lake, catalog, plan: StreamPlan) -> dict | None:
     """The stream's Iceberg table made the Delta table's latest version, in one snapshot (SPEC.md §12)."""
-    schema = published_schema(plan.properties, plan.state["types"], plan.state.get("overrides"))
+    schema = published_schema(plan.properties, plan.state["types"], plan.state.get("overrides"), plan.state.get("partitioning"))
     return iceberg.sync(lake.storage, catalog, plan.tap_id, plan.stream, plan.published, schema)
+
+
+def named_properties(lake: Lake, selected: list[tuple[str, str]], named: list[str], separator: str) -> dict[str, dict]:
+    """The properties of each selected stream (name -> properties), read only for the streams a choice may
+    name (``named``: the texts, a stream's name then ``separator``); the others have none."""
+    streams: dict[str, dict] = {}
+    for tap, name in selected:
+        if any(text == name or text.startswith(f"{name}{separator}") for text in named):
+            properties = replay_schema(lake.manifest(tap, name)).get("properties", {})
+            streams[name] = {**streams.get(name, {}), **properties, SDC_DELETED_AT: {}}
+    for _, name in selected:
+        streams.setdefault(name, {SDC_DELETED_AT: {}})
+    return streams
 
 
 def chosen_types(lake: Lake, selected: list[tuple[str, str]], types: dict | list[str] | None) -> overrides.Chosen:
@@ -102,14 +122,16 @@ def chosen_types(lake: Lake, selected: list[tuple[str, str]], types: dict | list
         return {}
     texts = [types] if isinstance(types, str) else types
     named = texts.keys() if isinstance(texts, dict) else [text.strip("`").split("`")[0] for text in texts]
-    streams: dict[str, dict] = {}
-    for tap, name in selected:
-        if any(text == name or text.startswith(f"{name}.") for text in named):
-            properties = replay_schema(lake.manifest(tap, name)).get("properties", {})
-            streams[name] = {**streams.get(name, {}), **properties, SDC_DELETED_AT: {}}
-    for _, name in selected:
-        streams.setdefault(name, {SDC_DELETED_AT: {}})
-    return overrides.resolve(texts, streams)
+    return overrides.resolve(texts, named_properties(lake, selected, list(named), "."))
+
+
+def chosen_partitions(lake: Lake, selected: list[tuple[str, str]], partition_by: dict | list[str] | None) -> dict[str, list[dict]]:
+    """Each stream's partitioning as the user chose it, checked against its properties (ConfigError: exit 2, before any work)."""
+    if not partition_by:
+        return {}
+    texts = [partition_by] if isinstance(partition_by, str) else partition_by
+    named = list(texts.keys()) if isinstance(texts, dict) else list(texts)
+    return partitions.resolve(texts, named_properties(lake, selected, named, "" if isinstance(texts, dict) else "="))
 
 
 def project(
@@ -125,6 +147,8 @@ def project(
     hard_delete: bool = False,
     iceberg_catalog: str | None = None,
     types: dict | list[str] | None = None,
+    partition_by: dict | list[str] | None = None,
+    rebuild: bool = False,
 ) -> list[dict]:
     """Project the selected streams. A stream that fails is added to ``failures`` (its table stays at
     its last version) and the others are projected; without ``failures``, StreamsFailed is raised at the end.
@@ -133,13 +157,16 @@ def project(
     an Iceberg table in the pyiceberg catalog ``iceberg_catalog``. ``spark`` may be an ``OnDemand``
     session: small streams that fit one task then run in this process on a local master, and Spark
     starts only for more. ``types`` chooses column types (``{stream: {column: type}}`` or
-    ``--type`` texts ``STREAM.COLUMN=TYPE``; SPEC.md §12): a value that does not fit fails its stream."""
+    ``--type`` texts ``STREAM.COLUMN=TYPE``; SPEC.md §12): a value that does not fit fails its stream.
+    ``partition_by`` partitions tables by record fields (``{stream: ["created_at:day"]}`` or ``--partition-by``
+    texts ``STREAM=FIELD[:TRANSFORM],...``); a table partitioned otherwise fails its stream unless ``rebuild``."""
     lake.check_exists()
     formats = ["delta" if fmt == "parquet" else fmt for fmt in (formats or ["delta"])]
     catalog = check_formats(lake, formats, iceberg_catalog)
     found = Failures()
     selected = selected_streams(lake, tap_id, stream)
-    chosen = chosen_types(lake, selected, types)
+    partitioned = chosen_partitions(lake, selected, partition_by)
+    wanted = Wanted(hard_delete, "csv" in formats, chosen_types(lake, selected, types), partitioned, rebuild)
     heads = {tap: read_heads(lake.storage, tap) for tap in sorted({tap for tap, _ in selected})}
 
     def run(streams: list[tuple[str, str]], hinted: bool) -> tuple[dict, dict, list]:
@@ -149,11 +176,12 @@ def project(
 
         def plan(tap: str, name: str) -> StreamPlan:
             head = heads[tap].get(name) if hinted else None
-            return plan_stream(lake, tap, name, hard_delete, "csv" in formats, chosen.get(name), head)
+            return plan_stream(lake, tap, name, wanted, head)
 
         plans = for_each_stream(streams, plan, found)
         pending = [plan for plan in plans.values() if not plan.up_to_date]
-        is_large = lambda plan: plan.bytes > small_stream_bytes or "buckets" in plan.state  # noqa: E731  (bucketed: stays large)
+        # bucketed: stays large; partitioned: one task per stream (SPEC.md §12, a known limit)
+        is_large = lambda plan: (plan.bytes > small_stream_bytes and not plan.partitioning) or "buckets" in plan.state  # noqa: E731
         small = [plan for plan in pending if not is_large(plan)]
         written = project_small_streams(lake, spark, small, formats, found, progress, part_rows)
         large = {(plan.tap_id, plan.stream): (plan, large_layout(plan, small_stream_bytes)) for plan in pending if is_large(plan)}

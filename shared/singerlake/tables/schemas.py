@@ -6,11 +6,13 @@ from __future__ import annotations
 from singerlake.format.exact import table_schema
 from singerlake.tables.deletes import table_properties
 from singerlake.tables.overrides import chosen_schema
+from singerlake.tables.partitions import schema_with_columns
 
 
-def published_schema(properties: dict, types: dict, overrides: dict | None = None):
-    """The published table's Arrow schema: exact types (``exact``), the chosen ones where the user chose."""
-    return chosen_schema(table_schema(table_properties(properties, types), types), overrides)
+def published_schema(properties: dict, types: dict, overrides: dict | None = None, partitioning: list[dict] | None = None):
+    """The published table's Arrow schema: exact types (``exact``), the chosen ones where the user chose,
+    then a partitioned table's derived partition columns."""
+    return schema_with_columns(chosen_schema(table_schema(table_properties(properties, types), types), overrides), partitioning)
 
 
 def schema_text(properties: dict, types: dict, overrides: dict | None = None) -> str:
