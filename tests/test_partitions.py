@@ -4,6 +4,7 @@ partitions, a changed spec refused unless rebuilt; read back by delta-rs and Duc
 from __future__ import annotations
 
 import json
+import re
 from datetime import date, datetime, timezone
 
 import pyarrow as pa
@@ -176,3 +177,35 @@ def test_the_iceberg_table_is_partitioned_alike_and_prunes_by_the_partition_colu
     assert len(files) == 1 and len(list(table.scan().plan_files())) == 5
     assert [files[0].file.partition[0], files[0].file.partition[1]] == [(date(2026, 3, 2) - date(1970, 1, 1)).days, "paid"]
     assert {row["created_at_day"] for row in one_day.to_arrow().to_pylist()} == {date(2026, 3, 2)}
+
+
+def files_planned(frame) -> int:
+    """The published files a query's plan reads: each scan is a range of its files' numbers (``sql.current_rows``)."""
+    plan = frame._jdf.queryExecution().executedPlan().toString()
+    return sum(int(files) for files in re.findall(r"Range \(0, (\d+),", plan))
+
+
+def test_a_filter_on_a_partition_column_plans_only_its_partitions_files_in_singerlake_sql(local_lake, spark):
+    from singerlake.tables.sql import current_rows
+
+    land_orders(local_lake, [order(i, 1 + i % 5, "paid" if i % 3 else "new") for i in range(1, 41)])
+    project(open_lake(local_lake), spark, TAP, partition_by=[f"{STREAM}=created_at:day,status"])
+    rows = current_rows(open_lake(local_lake), spark, TAP, STREAM)  # one view for every statement, as in the shell
+    planned = lambda where: files_planned(rows.where(where))  # noqa: E731
+    assert planned("true") == 10  # 5 days x 2 statuses
+    assert planned("created_at_day = DATE '2026-03-02'") == 2
+    assert planned("created_at_day = DATE '2026-03-02' AND status = 'new'") == 1
+    assert planned("created_at_day = DATE '2026-03-02' OR amount > 0") == 10, "an OR with another column prunes nothing"
+    assert planned("created_at_day > DATE '2026-03-03'") == 4 and planned("amount > 5") == 10  # not a partition column
+    assert rows.count() == 40 and rows.where("created_at_day >= DATE '2026-03-03'").count() == 24
+    self_join = "SELECT count(*) FROM orders a JOIN orders b ON a.id = b.id WHERE a.created_at_day = DATE '2026-03-02'"
+    assert json.loads(run_cli(local_lake, "sql", self_join, "--json").stdout) == [{"count(1)": 8}]
+    done = run_cli(
+        local_lake,
+        "sql",
+        "SELECT count(*) AS n, min(id) AS low FROM orders WHERE created_at_day = DATE '2026-03-02' AND status = 'new'",
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    expected = [i for i in range(1, 41) if 1 + i % 5 == 2 and not i % 3]
+    assert json.loads(done.stdout) == [{"n": len(expected), "low": min(expected)}]

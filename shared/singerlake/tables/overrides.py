@@ -224,3 +224,12 @@ def staging_position(staging: Callable[[], Any]) -> Callable[[int], str]:
         return position_text(rows["_singerlake_commit"][row].as_py(), rows["_singerlake_index"][row].as_py())
 
     return where
+
+
+def converted(chosen: dict, rows, where):
+    """A view's rows with the columns ``chosen`` names (``{"stream", "types", "json"}``) converted; a value
+    that fails is named with its stream and position (``where``)."""
+    try:
+        return apply(rows, chosen["types"], where, chosen["json"])
+    except ProjectionError as exc:
+        raise ProjectionError(f"stream {chosen['stream']!r}, {exc}") from None

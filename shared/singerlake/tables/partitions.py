@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
+from decimal import Decimal
 from typing import Any
 
 from singerlake.errors import ConfigError
@@ -263,3 +264,20 @@ def schema_with_columns(schema, partitioning: list[dict] | None):
 
 def columns(partitioning: list[dict] | None) -> list[str]:
     return [field.column for field in fields_of(partitioning)]
+
+
+def python_value(kind: str, text: str | None) -> Any:
+    """A partition value as the Delta log writes it, as the Python value of its column (``kind``: Spark's type name)."""
+    if text is None:
+        return None
+    if kind == "date":
+        return date.fromisoformat(text)
+    if kind.startswith("timestamp"):
+        return datetime.fromisoformat(text + "+00:00")
+    if kind in ("int", "bigint", "smallint", "tinyint"):
+        return int(text)
+    if kind == "boolean":
+        return text == "true"
+    if kind.startswith("decimal"):
+        return Decimal(text)
+    return text

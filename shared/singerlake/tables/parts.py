@@ -12,7 +12,7 @@ from singerlake.format.exact import decode, json_text, json_value, records_needs
 from singerlake.storage import Storage
 from singerlake.tables import partitions
 from singerlake.tables.deletes import SDC_DELETED_AT, apply_deletes, deletes_changed, table_properties
-from singerlake.tables.overrides import apply, staging_position
+from singerlake.tables.overrides import apply, converted, staging_position
 from singerlake.tables.staging import conform
 from singerlake.times import new_file_id
 
@@ -155,6 +155,15 @@ def publish(
     storage.write(f"{table}/{name}", buffer.getvalue(), if_none_match=True)
     part = {k: v for k, v in part.items() if k != "csv"} | {"published": name, "size": len(buffer.getvalue())}
     return write_csv_twin(storage, table, part, published) if csv else part
+
+
+def published_batches(storage: Storage, published: str, staging: str, target, chosen: dict):
+    """Executor side: a published file's rows (``published``: its key), its chosen columns converted
+    (``overrides.converted``), as Arrow batches of ``target``; its staging file is read only to name a failing value."""
+    rows = read_parquet(storage, published)
+    if chosen["types"]:
+        rows = converted(chosen, rows, staging_position(lambda: read_parquet(storage, staging)))
+    yield from rows.cast(target).to_batches()
 
 
 def write_csv_twin(storage: Storage, table: str, part: dict, published=None) -> dict:

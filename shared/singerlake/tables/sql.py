@@ -12,7 +12,6 @@ again by the query. Results print as an aligned table, JSON or CSV. Chosen colum
 from __future__ import annotations
 
 import functools
-import io
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -21,9 +20,9 @@ from singerlake.errors import ConfigError
 from singerlake.format.catalogue import replay_schema
 from singerlake.format.errors import ProjectionError
 from singerlake.lake import Lake
-from singerlake.storage import Storage
-from singerlake.tables import delta, overrides
+from singerlake.tables import delta, overrides, partitions
 from singerlake.tables.columns import note, published_table, table_columns
+from singerlake.tables.parts import published_batches
 
 
 def view_name(stream: str) -> str:
@@ -41,39 +40,13 @@ def chosen_tap(lake: Lake, tap_id: str | None) -> str:
     return taps[0]
 
 
-def _parquet(storage: Storage, key: str):
-    import pyarrow.parquet as pq
-
-    return pq.read_table(io.BytesIO(storage.read(key).data))
-
-
-def _read_published(storage: Storage, parts: list[tuple[str, str]], target, chosen: dict, batches: Iterator[Any]) -> Iterator[Any]:
-    """Executor side: the published Parquet files whose numbers are in the input, their chosen columns
-    converted, as Spark's Arrow types (``parts``: each published file with its staging file, for positions)."""
-    for batch in batches:
-        for number in batch.column("id").to_pylist():
-            published, staging = parts[number]
-            rows = _parquet(storage, published)
-            if chosen["types"]:
-                where = overrides.staging_position(functools.partial(_parquet, storage, staging))
-                rows = _converted(chosen, rows, where)
-            yield from rows.cast(target).to_batches()
-
-
-def _converted(chosen: dict, rows, where):
-    try:
-        return overrides.apply(rows, chosen["types"], where, chosen["json"])
-    except ProjectionError as exc:
-        raise ProjectionError(f"stream {chosen['stream']!r}, {exc}") from None
-
-
 def _chosen_batches(chosen: dict, target, batches: Iterator[Any]) -> Iterator[Any]:
     """Executor side: a raw view's batches with their chosen columns converted (positions from the batch)."""
     import pyarrow as pa
 
     for batch in batches:
         rows = pa.Table.from_batches([batch])
-        yield from _converted(chosen, rows, functools.partial(_batch_position, rows)).cast(target).to_batches()
+        yield from overrides.converted(chosen, rows, functools.partial(_batch_position, rows)).cast(target).to_batches()
 
 
 def _batch_position(rows, row: int) -> str:
@@ -92,7 +65,9 @@ def chosen_spark_schema(schema, types: dict):
 
 def current_rows(lake: Lake, spark, tap_id: str, stream: str, chosen: dict | None = None):
     """The stream's current rows (the latest table version), or None before its first projection;
-    ``chosen``: ``{"stream", "types", "json"}``, the columns to convert and the JSON-text ones."""
+    ``chosen``: ``{"stream", "types", "json"}``, the columns to convert and the JSON-text ones. A partitioned
+    table is a union of one scan per partition, each filtered by its partition's values, so Spark's optimizer
+    drops the scans a filter (`=`, `<`, `>`... on a partition column) rules out: their files are not read."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -105,12 +80,48 @@ def current_rows(lake: Lake, spark, tap_id: str, stream: str, chosen: dict | Non
         return None
     schema = from_arrow_schema(pa.schema(delta.open_table(lake.storage, key, published.version).schema().to_arrow()))
     schema = chosen_spark_schema(schema, chosen["types"])
-    parts = [(f"{key}/{part['published']}", part["staging"]) for part in published.state["parts"]]
-    if not parts:
+    if not published.state["parts"]:
         return spark.createDataFrame([], schema)
     target = arrow_schema(schema, spark.conf.get("spark.sql.session.timeZone"))
-    read = functools.partial(_read_published, lake.storage, parts, target, chosen)
-    return spark.range(len(parts), numPartitions=len(parts)).mapInArrow(read, schema)
+    columns = partitions.columns(published.state.get("partitioning"))
+    groups: dict[str, list[dict]] = {}
+    for part in published.state["parts"]:
+        groups.setdefault(json.dumps(part.get("partition", {}), sort_keys=True), []).append(part)
+    if not columns or len(groups) > PRUNED_PARTITIONS:
+        return _scan(lake.storage, spark, key, published.state["parts"], schema, target, chosen)
+    scans = [
+        _scan(lake.storage, spark, key, parts, schema, target, chosen).where(_holds(schema, parts[0]["partition"]))
+        for parts in groups.values()
+    ]
+    return functools.reduce(lambda one, other: one.unionByName(other), scans)
+
+
+PRUNED_PARTITIONS = 1000  # beyond this many, one scan of every file: planning a wider union costs more than it saves
+
+
+def _scan(storage: Storage, spark, key: str, parts: list[dict], schema, target, chosen: dict):
+    listed = [(f"{key}/{part['published']}", part["staging"]) for part in parts]
+    read = functools.partial(_read_published, storage, listed, target, chosen)
+    return spark.range(len(listed), numPartitions=len(listed)).mapInArrow(read, schema)
+
+
+def _read_published(storage: Storage, parts: list[tuple[str, str]], target, chosen: dict, batches: Iterator[Any]) -> Iterator[Any]:
+    """Executor side: the published files whose numbers are in the input (``published_batches``)."""
+    for batch in batches:
+        for number in batch.column("id").to_pylist():
+            yield from published_batches(storage, *parts[number], target, chosen)
+
+
+def _holds(schema, partition: dict):
+    """The condition a partition's rows meet: each partition column equal to its value (or null)."""
+    from pyspark.sql import functions as F
+
+    conditions = []
+    for column, text in partition.items():
+        field = F.col("`" + column.replace("`", "``") + "`")
+        value = partitions.python_value(schema[column].dataType.simpleString(), text)
+        conditions.append(field.isNull() if value is None else field == F.lit(value))
+    return functools.reduce(lambda one, other: one & other, conditions)
 
 
 def named_in(query: str, stream: str) -> bool:
