@@ -20,6 +20,7 @@ from singerlake.errors import ConfigError
 from singerlake.format.catalogue import replay_schema
 from singerlake.format.errors import ProjectionError
 from singerlake.lake import Lake
+from singerlake.storage import Storage
 from singerlake.tables import delta, overrides, partitions
 from singerlake.tables.columns import note, published_table, table_columns
 from singerlake.tables.parts import published_batches
