@@ -8,6 +8,7 @@ import re
 from datetime import date, datetime, timezone
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from singerlake.errors import ConfigError
@@ -61,6 +62,9 @@ def test_a_table_partitioned_by_day_holds_one_partition_per_file_and_readers_pru
         assert (rows[i]["created_at"], rows[i]["created_at_day"]) == (expected_at, expected_at.date())
     actions = add_actions(local_lake)
     assert sorted(action["partition.created_at_day"] for action in actions) == [date(2026, 3, day) for day in range(1, 6)]
+    for action in actions:  # the partition column is in the files too, each file holding its partition's value only
+        written = pq.read_table(f"{uri(local_lake, STREAM)}/{action['path']}").column("created_at_day").to_pylist()
+        assert set(written) == {action["partition.created_at_day"]}
     one_day = DeltaTable(uri(local_lake, STREAM)).file_uris(file_pruning_predicate=[("created_at_day", "=", "2026-03-02")])
     assert len(one_day) == 1, "a one-day filter plans one file of five"
     duck = duckdb_for(local_lake, "delta")
@@ -97,6 +101,11 @@ def test_hard_deletes_and_moves_keep_one_row_per_key(local_lake, spark):
     rows = table_rows(local_lake)
     assert 1 not in rows and result["rows"] == 11 == len(rows)
     assert (rows[2]["status"], rows[2]["created_at_day"]) == ("twice", date(2026, 3, 9))
+    land_orders(local_lake, [order(4, 9) | {"amount": 123456.125}])  # a wider decimal: every file published again
+    project(open_lake(local_lake), spark, TAP, partition_by=BY_DAY, hard_delete=True)
+    rows = table_rows(local_lake)
+    assert str(rows[4]["amount"]) == "123456.125" and rows[4]["created_at_day"] == date(2026, 3, 9) and len(rows) == 11
+    assert sorted(a["partition.created_at_day"] for a in add_actions(local_lake)) == sorted({r["created_at_day"] for r in rows.values()})
 
 
 def test_identity_and_hour_partitions(local_lake, spark):
