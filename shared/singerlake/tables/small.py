@@ -147,13 +147,14 @@ def partition_key(partition: dict | None) -> str | None:
     return None if partition is None else json_text(partition)
 
 
-def open_tails(parts: list[dict], partitions_: list[dict | None], part_rows: int) -> dict[str | None, dict]:
-    """The open tail (``open_tail``) of each partition new rows go to, by ``partition_key``."""
+def open_tails(parts: list[dict], wanted: list[dict | None], part_rows: int) -> dict[str | None, dict]:
+    """The open tail (``open_tail``: its partition's last part, while small) of each partition new rows go to, by ``partition_key``."""
+    last = {partition_key(part.get("partition")): part for part in parts}  # parts in order: the last of each partition wins
     tails = {}
-    for partition in partitions_:
-        tail = open_tail([part for part in parts if part.get("partition") == partition], part_rows)
+    for key in map(partition_key, wanted):
+        tail = open_tail([last[key]], part_rows) if key in last else None
         if tail is not None:
-            tails[partition_key(partition)] = tail
+            tails[key] = tail
     return tails
 
 
