@@ -235,9 +235,7 @@ def with_columns(published, partitioning: list[dict] | None, partition: dict | N
 
 def derived_value(transform: str, text: str | None) -> Any:
     """A derived column's value from its partition value as the Delta log writes it."""
-    if text is None or transform in ("month", "hour"):
-        return text
-    return int(text) if transform == "year" else date.fromisoformat(text)
+    return python_value({"year": "int", "day": "date"}.get(transform, "string"), text)
 
 
 def without_columns(published, partitioning: list[dict] | None):
