@@ -218,3 +218,41 @@ def test_a_filter_on_a_partition_column_plans_only_its_partitions_files_in_singe
     assert done.returncode == 0, done.stderr
     expected = [i for i in range(1, 41) if 1 + i % 5 == 2 and not i % 3]
     assert json.loads(done.stdout) == [{"n": len(expected), "low": min(expected)}]
+
+
+@pytest.mark.parametrize("exchange", ["block files", "block files, each partition's blocks a task of their own", "shuffle"])
+def test_a_large_partitioned_stream_starts_its_table_on_spark_tasks_as_one_task_would(local_lake, spark, monkeypatch, exchange):
+    """Key buckets, then partitions (through files on this machine, Spark's shuffle on a cluster, as if
+    here): a key landed twice in the run on different days keeps only its latest row, deleted rows stay
+    marked, and a partition of more rows than a part holds is several parts; the next run (one task)
+    moves keys from those parts."""
+    import singerlake.tables.partitioned
+
+    if exchange == "shuffle":
+        monkeypatch.setattr(singerlake.tables.partitioned, "runs_elsewhere", lambda session: True)
+    elif exchange != "block files":  # a partition of more bytes than a task holds: split among tasks
+        monkeypatch.setattr(singerlake.tables.partitioned, "PARTITION_TASK_BYTES", 1)
+    orders = [order(i, 1 + i % 4) for i in range(1, 61)]
+    orders += [order(7, 9, "moved"), order(8, 8) | {"_sdc_deleted_at": "2026-03-10T00:00:00Z"}, order(7, 6, "moved again")]
+    land_orders(local_lake, orders)
+    lake = open_lake(local_lake)
+    result = project(lake, spark, TAP, partition_by=BY_DAY, small_stream_bytes=1, part_rows=4)[0]
+    large = table_rows(local_lake)
+    assert result["rows"] == 60 == len(large)
+    assert (large[7]["status"], large[7]["created_at_day"]) == ("moved again", date(2026, 3, 6))
+    assert large[8]["created_at_day"] == date(2026, 3, 8) and large[8]["_sdc_deleted_at"] is not None
+    actions = add_actions(local_lake)
+    for action in actions:  # each file one partition's rows, at most part_rows of them
+        written = pq.read_table(f"{uri(local_lake, STREAM)}/{action['path']}").column("created_at_day").to_pylist()
+        assert set(written) == {action["partition.created_at_day"]} and len(written) <= 4
+    assert sum(action["num_records"] for action in actions) == 60
+    state = delta.latest(lake.storage, table_key(TAP, STREAM)).state
+    assert "buckets" not in state and all("partition" in part for part in state["parts"])
+
+    project(lake, spark, TAP, partition_by=BY_DAY, rebuild=True)  # the one-task path, from the same records
+    assert table_rows(local_lake) == large
+
+    land_orders(local_lake, [order(3, 9, "moved"), order(61, 2)])
+    assert project(lake, spark, TAP, partition_by=BY_DAY, small_stream_bytes=1)[0]["rows"] == 61
+    rows = table_rows(local_lake)
+    assert (rows[3]["status"], rows[3]["created_at_day"], len(rows)) == ("moved", date(2026, 3, 9), 61)

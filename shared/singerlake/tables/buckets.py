@@ -182,7 +182,7 @@ def update_bucket(storage: Storage, item: dict, previous: dict, rows, typed=None
 
 
 @contextmanager
-def _arrow_batch_rows(spark, rows: int):
+def arrow_batch_rows(spark, rows: int):
     """Arrow batches of ``rows`` rows for the Python steps, whatever an earlier job of the session set."""
     key = "spark.sql.execution.arrow.maxRecordsPerBatch"
     before = spark.conf.get(key)
@@ -199,21 +199,21 @@ def _run_job(spark, storage: Storage, item: dict, plan: StreamPlan, layout: Layo
     threads = 1 if layout.write_tasks > 1 else CPU_THREADS  # tasks side by side already: one bucket each in memory
     if not item["keyed"]:
         files = spark.range(len(plan.files), numPartitions=layout.read_tasks)
-        return _collect_parts(spark, files.mapInArrow(functools.partial(_write_new_parts, storage, item, plan.files), "part string"))
+        return collect_parts(spark, files.mapInArrow(functools.partial(_write_new_parts, storage, item, plan.files), "part string"))
     if runs_elsewhere(spark):
-        shuffled = _blocks_frame(spark, storage, item, plan, layout, blocks.shuffle_blocks, blocks.BLOCKS)
+        shuffled = blocks_frame(spark, storage, item, plan, layout, blocks.shuffle_blocks, blocks.BLOCKS)
         shuffled = shuffled.repartition(layout.write_tasks, "_bucket")  # 10 updated keys: one write task, not one per bucket
-        return _collect_parts(spark, shuffled.mapInArrow(functools.partial(_write_shuffled, storage, item, threads), "part string"))
+        return collect_parts(spark, shuffled.mapInArrow(functools.partial(_write_shuffled, storage, item, threads), "part string"))
     scratch = (spark.conf.get("spark.local.dir", None) or "").split(",")[0] or None  # where Spark's shuffle files would go
     with tempfile.TemporaryDirectory(prefix="singerlake-blocks-", dir=scratch) as directory:
-        refs = _blocks_frame(spark, storage, item, plan, layout, functools.partial(blocks.write_block_file, directory), blocks.BLOCK_REFS)
-        with _arrow_batch_rows(spark, BLOCKS_PER_BATCH):
+        refs = blocks_frame(spark, storage, item, plan, layout, functools.partial(blocks.write_block_file, directory), blocks.BLOCK_REFS)
+        with arrow_batch_rows(spark, BLOCKS_PER_BATCH):
             tasks = blocks.spread(blocks.by_bucket([row.asDict() for row in refs.collect()]), layout.write_tasks)
         write = functools.partial(_write_filed, storage, item, threads, tasks)
-        return _collect_parts(spark, spark.range(len(tasks), numPartitions=max(1, len(tasks))).mapInArrow(write, "part string"))
+        return collect_parts(spark, spark.range(len(tasks), numPartitions=max(1, len(tasks))).mapInArrow(write, "part string"))
 
 
-def _blocks_frame(spark, storage: Storage, item: dict, plan: StreamPlan, layout: Layout, send, schema: str):
+def blocks_frame(spark, storage: Storage, item: dict, plan: StreamPlan, layout: Layout, send, schema: str):
     """The read tasks' pieces (new records, and a new layout's previous parts) as ``send`` gives them on (rows of ``schema``)."""
     parts, buckets = plan.state["parts"], layout.buckets
     new = functools.partial(_read_pieces, storage, item, plan.files, buckets)
@@ -242,10 +242,10 @@ def _write_filed(storage: Storage, item: dict, threads: int, tasks: list[dict], 
             blocks.release(tasks[task])
 
 
-def _collect_parts(spark, frame) -> list[dict]:
+def collect_parts(spark, frame) -> list[dict]:
     import json
 
-    with _arrow_batch_rows(spark, BLOCKS_PER_BATCH):
+    with arrow_batch_rows(spark, BLOCKS_PER_BATCH):
         return [json.loads(row["part"]) for row in frame.collect()]
 
 
@@ -266,15 +266,9 @@ def _run_here(storage: Storage, item: dict, files: list[dict], buckets: int | No
         return [json.loads(batch["part"][0].as_py()) for batch in written]
 
 
-def project_large_stream(lake: Lake, spark, plan: StreamPlan, layout: Layout, formats: list[str]) -> dict:
-    """A large stream in one Spark job (two on this machine's executors; one more when parts must be
-    published again). Keyed: the new rows are brought together by bucket (``blocks``), and each
-    touched bucket's previous part and new rows become its new part; untouched buckets stay. The
-    buckets are laid out anew (every part read once) on the stream's first large run and when they
-    average more than ``BUCKET_SHARE`` times their size. Keyless: the new rows are new parts."""
-
-    storage, properties, parts, keyed = lake.storage, plan.properties, plan.state["parts"], bool(plan.keys)
-    buckets, rebucket = layout.buckets, layout.rebucket
+def large_item(plan: StreamPlan, formats: list[str], rebucket: bool) -> dict:
+    """What a large stream's tasks need to write its parts (``rebucket``: every previous part is read into new ones)."""
+    properties, parts, keyed = plan.properties, plan.state["parts"], bool(plan.keys)
     by_bucket: dict[str, list[dict]] = {}
     for part in parts if keyed and not rebucket else []:
         by_bucket.setdefault(str(part["bucket"]), []).append(part)
@@ -291,6 +285,7 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, layout: Layout, fo
         "activations": plan.activations,
         # a rebucketed stream's buckets hold previous rows too: their parts' needs join the new files'
         "needs": None if plan.needs is None else join_all([plan.needs, *(part["needs"] for part in parts if rebucket)]),
+        "partitioning": plan.partitioning,
     }
     # The types new parts are published under at once: the table's (a part needing wider ones waits
     # for the driver), or the run's own when the files' statistics give them and no part keeps
@@ -301,6 +296,19 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, layout: Layout, fo
         item |= {"types": expected, "schema": schema_text(properties, expected, plan.overrides)}
     typing = plan.needs is not None and not plan.activations  # the new records are typed as they are read
     item["typing"] = (table_properties(properties, item["types"]), item["types"]) if typing else None
+    return item
+
+
+def project_large_stream(lake: Lake, spark, plan: StreamPlan, layout: Layout, formats: list[str]) -> dict:
+    """A large stream in one Spark job (two on this machine's executors; one more when parts must be
+    published again). Keyed: the new rows are brought together by bucket (``blocks``), and each
+    touched bucket's previous part and new rows become its new part; untouched buckets stay. The
+    buckets are laid out anew (every part read once) on the stream's first large run and when they
+    average more than ``BUCKET_SHARE`` times their size. Keyless: the new rows are new parts."""
+
+    storage, properties, parts, keyed = lake.storage, plan.properties, plan.state["parts"], bool(plan.keys)
+    buckets, rebucket = layout.buckets, layout.rebucket
+    item = large_item(plan, formats, rebucket)
     if runs_here(spark, layout.one_task):
         written = _run_here(storage, item, plan.files, buckets)
     else:
@@ -317,11 +325,21 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, layout: Layout, fo
                 written += [result["part"]] if result["part"] else []
         gone = {part["staging"] for part in replaced}
         kept = [part for part in parts if part["staging"] not in gone]
+    return finish(lake, spark, plan, formats, item, kept, written, replaced, **({"buckets": buckets} if keyed else {}))
+
+
+def finish(lake: Lake, spark, plan: StreamPlan, formats: list[str], item: dict, kept: list, written: list, replaced: list, **extra) -> dict:
+    """The run's result once its tasks wrote their parts: the parts published again (every part when
+    the column types changed; new ones the tasks could not publish under the types they had), CSV
+    twins asked for the first time, and what the commit adds and removes."""
+    storage, properties = lake.storage, plan.properties
     types = run_types(kept + written, properties, plan.state["types"])
     schema = schema_text(properties, types, plan.overrides)
     overwrite = schema != plan.state["schema"]  # then every part is published again, under the new types
     csv = "csv" in formats
-    work = functools.partial(publish, storage, plan.table, properties=properties, types=types, csv=csv, overrides=plan.overrides)
+    work = functools.partial(
+        publish, storage, plan.table, properties=properties, types=types, csv=csv, overrides=plan.overrides, partitioning=plan.partitioning
+    )
     again = (kept if overwrite else []) + [part for part in written if "published" not in part or schema != item["schema"]]
     done = dict(zip([part["staging"] for part in again], run_items(spark, again, work, items_per_task=2, threads=2), strict=True))
     if "csv" in formats and not overwrite:  # CSV asked for the first time: twins of the kept files
@@ -329,4 +347,4 @@ def project_large_stream(lake: Lake, spark, plan: StreamPlan, layout: Layout, fo
         made = run_items(spark, twins, functools.partial(write_csv_twin, storage, plan.table))
         done |= dict(zip([part["staging"] for part in twins], made, strict=True))
     kept, added = [done.get(part["staging"], part) for part in kept], [done.get(part["staging"], part) for part in written]
-    return run_result(kept, added, replaced, overwrite, types, schema, **({"buckets": buckets} if keyed else {}))
+    return run_result(kept, added, replaced, overwrite, types, schema, **extra)

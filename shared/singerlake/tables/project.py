@@ -49,6 +49,7 @@ from singerlake.tables import delta, iceberg, overrides, partitions
 from singerlake.tables.buckets import large_layout, project_large_stream
 from singerlake.tables.deletes import SDC_DELETED_AT
 from singerlake.tables.heads import raise_heads, read_heads
+from singerlake.tables.partitioned import project_partitioned_stream, starts_table
 from singerlake.tables.plan import StreamPlan, Wanted, plan_stream, published_schema
 from singerlake.tables.small import PART_ROWS, project_small_streams
 
@@ -180,14 +181,23 @@ def project(
 
         plans = for_each_stream(streams, plan, found)
         pending = [plan for plan in plans.values() if not plan.up_to_date]
-        # bucketed: stays large; partitioned: one task per stream (SPEC.md §12, a known limit)
-        is_large = lambda plan: (plan.bytes > small_stream_bytes and not plan.partitioning) or "buckets" in plan.state  # noqa: E731
+
+        def is_large(plan: StreamPlan) -> bool:
+            """Bucketed: stays large; partitioned: large only when the run starts its table (SPEC.md §12, a known limit)."""
+            return (plan.bytes > small_stream_bytes and (not plan.partitioning or starts_table(plan))) or "buckets" in plan.state
+
         small = [plan for plan in pending if not is_large(plan)]
         written = project_small_streams(lake, spark, small, formats, found, progress, part_rows)
         large = {(plan.tap_id, plan.stream): (plan, large_layout(plan, small_stream_bytes)) for plan in pending if is_large(plan)}
-        if any(not layout.one_task for _, layout in large.values()):
+        if any(not layout.one_task or plan.partitioning for plan, layout in large.values()):
             spark = session_of(spark)  # started here: a failed start is the run's error, not a stream's
-        run_large = lambda tap, name: project_large_stream(lake, spark, *large[(tap, name)], formats)  # noqa: E731
+
+        def run_large(tap: str, name: str) -> dict:
+            plan, layout = large[(tap, name)]
+            if plan.partitioning:
+                return project_partitioned_stream(lake, spark, plan, layout, formats, part_rows)
+            return project_large_stream(lake, spark, plan, layout, formats)
+
         written |= for_each_stream(list(large), run_large, found, 1)
         stale: list[tuple[str, str]] = []
 

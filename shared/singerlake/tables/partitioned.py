@@ -1,0 +1,153 @@
+"""Large partitioned streams starting their table (SPEC.md §12): a large stream's job with one exchange
+more. The read tasks cut the new rows by key bucket (``blocks``); each bucket's task keeps the current
+row per key and cuts those rows by partition; each partition's rows are brought to a write task,
+which writes them as parts of one partition each, as the one-task path (``small``) would."""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+from singerlake.format.exact import join_all, json_text
+from singerlake.lake import Lake
+from singerlake.spark.executors import runs_elsewhere
+from singerlake.spark.session import session_of
+from singerlake.storage import Storage
+from singerlake.tables import blocks, partitions
+from singerlake.tables.blocks import BLOCKS_PER_BATCH
+from singerlake.tables.buckets import Layout, arrow_batch_rows, blocks_frame, collect_parts, current_typed, finish, large_item
+from singerlake.tables.parts import publish, write_staging
+from singerlake.tables.plan import StreamPlan, schema_text
+
+# The most block bytes (uncompressed Arrow: rows and typed rows) one write task holds of a partition:
+# a larger partition goes to several tasks, each writing its own parts of it.
+PARTITION_TASK_BYTES = 256 << 20
+
+
+def starts_table(plan: StreamPlan) -> bool:
+    """Whether the run starts a keyed partitioned stream's table (its first run, or a rebuild): the runs this path takes."""
+    return bool(plan.partitioning and plan.keys and not plan.state["parts"])
+
+
+def project_partitioned_stream(lake: Lake, spark, plan: StreamPlan, layout: Layout, formats: list[str], part_rows: int) -> dict:
+    """The stream's first parts, written by Spark tasks: by key bucket, then by partition (module docstring)."""
+    item = large_item(plan, formats, rebucket=True) | {"kinds": kinds_of(plan), "part_rows": part_rows}
+    session = session_of(spark)
+    if runs_elsewhere(session):
+        written = _shuffled_job(session, lake.storage, item, plan, layout)
+    else:
+        written = _filed_job(session, lake.storage, item, plan, layout)
+    return finish(lake, spark, plan, formats, item, [], written, [])
+
+
+def kinds_of(plan: StreamPlan) -> dict[str, str | None]:
+    return {field["field"]: partitions.declared_kind(plan.properties[field["field"]]) for field in plan.partitioning}
+
+
+def partition_id(partition: dict) -> int:
+    """A partition's number in the exchange: rows of two partitions of one number are told apart again by the write task."""
+    return zlib.crc32(json_text(partition).encode()) & 0x7FFFFFFF
+
+
+def current_by_partition(item: dict, groups: Iterator[tuple]) -> Iterator[tuple[int, Any, Any]]:
+    """Executor side: each key bucket's current rows (deletes applied), cut by partition, as ``(partition number, rows, typed)``."""
+    for _, rows, typed in groups:
+        current, current_rows = current_typed(rows, typed, True, item["activations"], item["hard"])
+        if current.num_rows:
+            for partition, held, held_typed in partitions.split(current, current_rows, item["partitioning"], item["kinds"]):
+                yield partition_id(partition), held, held_typed
+
+
+def write_partitions(storage: Storage, item: dict, groups: Iterator[tuple]) -> Iterator[Any]:
+    """Executor side: each partition's rows (one key each) as parts of at most ``part_rows`` rows, published
+    at once when their values fit the run's column types (else by the driver, ``buckets.finish``)."""
+    import json
+
+    import pyarrow as pa
+
+    properties, needs = item["properties"], None if item["activations"] else item["needs"]
+    for _, group, group_typed in groups:
+        for partition, rows, typed in partitions.split(group, group_typed, item["partitioning"], item["kinds"]):
+            for start in range(0, rows.num_rows, item["part_rows"]):
+                staging, piece = rows.slice(start, item["part_rows"]), None if typed is None else typed.slice(start, item["part_rows"])
+                part = write_staging(storage, item["staging"], staging, properties, needs) | {"partition": partition}
+                if schema_text(properties, join_all([item["types"], part["needs"]]), item["overrides"]) == item["schema"]:
+                    part = publish(
+                        storage, item["table"], part, properties, item["types"], item["csv"], staging, piece, item["overrides"],
+                        item["partitioning"],
+                    )  # fmt: skip
+                yield pa.RecordBatch.from_pydict({"part": [json.dumps(part)]})
+
+
+def _filed_job(spark, storage: Storage, item: dict, plan: StreamPlan, layout: Layout) -> list[dict]:
+    """Executors of this machine: both exchanges through block files."""
+    scratch = (spark.conf.get("spark.local.dir", None) or "").split(",")[0] or None
+    with tempfile.TemporaryDirectory(prefix="singerlake-blocks-", dir=scratch) as directory:
+        to_files = functools.partial(blocks.write_block_file, directory)
+        refs = blocks_frame(spark, storage, item, plan, layout, to_files, blocks.BLOCK_REFS)
+        by_key = _dealt(spark, refs, layout.write_tasks)
+        cut = functools.partial(_cut_filed, item, directory, by_key)
+        by_partition = spark.range(len(by_key), numPartitions=max(1, len(by_key))).mapInArrow(cut, blocks.BLOCK_REFS)
+        tasks = _dealt(spark, by_partition, layout.write_tasks, PARTITION_TASK_BYTES)
+        write = functools.partial(_write_filed, storage, item, tasks)
+        return collect_parts(spark, spark.range(len(tasks), numPartitions=max(1, len(tasks))).mapInArrow(write, "part string"))
+
+
+def _dealt(spark, refs, tasks: int, most_bytes: int | None = None) -> list[dict]:
+    """The blocks ``refs`` (a frame of ``BLOCK_REFS``) by their number, dealt to at most ``tasks`` tasks;
+    with ``most_bytes``, a number's blocks of more bytes than that are split among several groups."""
+    with arrow_batch_rows(spark, BLOCKS_PER_BATCH):
+        grouped = blocks.by_bucket([row.asDict() for row in refs.collect()])
+    if most_bytes is not None:
+        grouped = _split_large(grouped, most_bytes)
+    return blocks.spread(grouped, tasks)
+
+
+def _split_large(grouped: dict[int, list[dict]], most_bytes: int) -> dict[int, list[dict]]:
+    """Each number's blocks in groups of at most ``most_bytes`` (a block larger than that alone), numbered anew."""
+    split: dict[int, list[dict]] = {}
+    for refs in grouped.values():
+        held, size = [], 0
+        for ref in refs:
+            if held and size + ref["rows"] + ref["typed"] > most_bytes:
+                split[len(split)] = held
+                held, size = [], 0
+            held.append(ref)
+            size += ref["rows"] + ref["typed"]
+        split[len(split)] = held
+    return split
+
+
+def _cut_filed(item: dict, directory: str, tasks: list[dict], batches: Iterator[Any]) -> Iterator[Any]:
+    """Executor side: the key buckets dealt to the numbered tasks, their current rows filed again by partition."""
+    for batch in batches:
+        for task in batch.column("id").to_pylist():
+            yield from blocks.write_block_file(directory, current_by_partition(item, blocks.file_groups(tasks[task])))
+            blocks.release(tasks[task])
+
+
+def _write_filed(storage: Storage, item: dict, tasks: list[dict], batches: Iterator[Any]) -> Iterator[Any]:
+    """Executor side: the partitions dealt to the numbered tasks, written as parts."""
+    for batch in batches:
+        for task in batch.column("id").to_pylist():
+            yield from write_partitions(storage, item, blocks.file_groups(tasks[task]))
+            blocks.release(tasks[task])
+
+
+def _shuffled_job(spark, storage: Storage, item: dict, plan: StreamPlan, layout: Layout) -> list[dict]:
+    """Executors that may be other machines: both exchanges through Spark's shuffle (a partition's rows to one task)."""
+    shuffled = blocks_frame(spark, storage, item, plan, layout, blocks.shuffle_blocks, blocks.BLOCKS)
+    by_key = shuffled.repartition(layout.write_tasks, "_bucket").mapInArrow(functools.partial(_cut_shuffled, item), blocks.BLOCKS)
+    by_partition = by_key.repartition(layout.write_tasks, "_bucket")
+    return collect_parts(spark, by_partition.mapInArrow(functools.partial(_write_shuffled, storage, item), "part string"))
+
+
+def _cut_shuffled(item: dict, batches: Iterator[Any]) -> Iterator[Any]:
+    return blocks.shuffle_blocks(current_by_partition(item, blocks.shuffled_groups(batches)))
+
+
+def _write_shuffled(storage: Storage, item: dict, batches: Iterator[Any]) -> Iterator[Any]:
+    return write_partitions(storage, item, blocks.shuffled_groups(batches))
