@@ -135,12 +135,14 @@ def split(staging, typed, partitioning: list[dict], kinds: dict[str, str]) -> li
     codes = np.asarray(pc.fill_null(pc.dictionary_encode(joined).indices, -1))
     order = np.argsort(codes, kind="stable")
     starts = [0, *(np.flatnonzero(np.diff(codes[order])) + 1).tolist()] if len(order) else []
+    # one take, then a slice per partition: a take per partition would copy the whole table each time
+    take = pa.array(order)
+    staging, typed = staging.combine_chunks().take(take), None if typed is None else typed.combine_chunks().take(take)
     groups = []
     for start, stop in zip(starts, [*starts[1:], len(order)], strict=True):
-        take = pa.array(order[start:stop])
         first = int(order[start])
         partition = {field.column: text[first].as_py() for field, text in zip(fields, texts, strict=True)}
-        groups.append((partition, staging.take(take), None if typed is None else typed.take(take)))
+        groups.append((partition, staging.slice(start, stop - start), None if typed is None else typed.slice(start, stop - start)))
     return groups
 
 
