@@ -220,7 +220,10 @@ def test_a_filter_on_a_partition_column_plans_only_its_partitions_files_in_singe
     assert json.loads(done.stdout) == [{"n": len(expected), "low": min(expected)}]
 
 
-@pytest.mark.parametrize("exchange", ["block files", "block files, each partition's blocks a task of their own", "shuffle"])
+@pytest.mark.parametrize(
+    "exchange",
+    ["block files", "block files, each partition's blocks a task of their own", "shuffle"],
+)
 def test_a_large_partitioned_stream_starts_its_table_on_spark_tasks_as_one_task_would(local_lake, spark, monkeypatch, exchange):
     """Key buckets, then partitions (through files on this machine, Spark's shuffle on a cluster, as if
     here): a key landed twice in the run on different days keeps only its latest row, deleted rows stay
@@ -230,7 +233,7 @@ def test_a_large_partitioned_stream_starts_its_table_on_spark_tasks_as_one_task_
 
     if exchange == "shuffle":
         monkeypatch.setattr(singerlake.tables.partitioned, "runs_elsewhere", lambda session: True)
-    elif exchange != "block files":  # a partition of more bytes than a task holds: split among tasks
+    elif exchange.endswith("of their own"):  # a partition of more bytes than a task holds: split among tasks
         monkeypatch.setattr(singerlake.tables.partitioned, "PARTITION_TASK_BYTES", 1)
     orders = [order(i, 1 + i % 4) for i in range(1, 61)]
     orders += [order(7, 9, "moved"), order(8, 8) | {"_sdc_deleted_at": "2026-03-10T00:00:00Z"}, order(7, 6, "moved again")]
@@ -256,3 +259,20 @@ def test_a_large_partitioned_stream_starts_its_table_on_spark_tasks_as_one_task_
     assert project(lake, spark, TAP, partition_by=BY_DAY, small_stream_bytes=1)[0]["rows"] == 61
     rows = table_rows(local_lake)
     assert (rows[3]["status"], rows[3]["created_at_day"], len(rows)) == ("moved", date(2026, 3, 9), 61)
+
+
+def test_partitions_whose_numbers_collide_in_the_exchange_are_told_apart_by_the_partition_they_carry():
+    from singerlake.tables.partitioned import PARTITION, by_partition
+
+    days = ['{"created_at_day":"2026-03-01"}', '{"created_at_day":"2026-03-02"}', '{"created_at_day":null}']
+    rows = pa.table({"_key": ["1", "2", "3", "4"], PARTITION: [days[0], days[1], days[0], days[2]]})
+    typed = pa.table({"id": [1, 2, 3, 4]})
+    groups = {
+        json.dumps(partition): (held["_key"].to_pylist(), held_typed["id"].to_pylist())
+        for partition, held, held_typed in by_partition(rows, typed)
+    }
+    assert groups == {
+        '{"created_at_day": "2026-03-01"}': (["1", "3"], [1, 3]),
+        '{"created_at_day": "2026-03-02"}': (["2"], [2]),
+        '{"created_at_day": null}': (["4"], [4]),
+    }

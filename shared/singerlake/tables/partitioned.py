@@ -47,18 +47,26 @@ def kinds_of(plan: StreamPlan) -> dict[str, str | None]:
     return {field["field"]: partitions.declared_kind(plan.properties[field["field"]]) for field in plan.partitioning}
 
 
-def partition_id(partition: dict) -> int:
-    """A partition's number in the exchange: rows of two partitions of one number are told apart again by the write task."""
-    return zlib.crc32(json_text(partition).encode()) & 0x7FFFFFFF
+def partition_id(text: str) -> int:
+    """A partition's number in the exchange, of its JSON text (two partitions of one number: told apart by ``PARTITION``)."""
+    return zlib.crc32(text.encode()) & 0x7FFFFFFF
+
+
+PARTITION = "_partition"  # a column of the rows on their way to their partition's task: the partition's JSON text
 
 
 def current_by_partition(item: dict, groups: Iterator[tuple]) -> Iterator[tuple[int, Any, Any]]:
-    """Executor side: each key bucket's current rows (deletes applied), cut by partition, as ``(partition number, rows, typed)``."""
+    """Executor side: each key bucket's current rows (deletes applied), cut by partition, as ``(partition
+    number, rows, typed)``, the rows carrying their partition (``PARTITION``)."""
+    import pyarrow as pa
+
     for _, rows, typed in groups:
         current, current_rows = current_typed(rows, typed, True, item["activations"], item["hard"])
         if current.num_rows:
             for partition, held, held_typed in partitions.split(current, current_rows, item["partitioning"], item["kinds"]):
-                yield partition_id(partition), held, held_typed
+                text = json_text(partition)
+                held = held.append_column(PARTITION, pa.array([text] * held.num_rows, pa.string()))
+                yield partition_id(text), held, held_typed
 
 
 def write_partitions(storage: Storage, item: dict, groups: Iterator[tuple]) -> Iterator[Any]:
@@ -70,7 +78,7 @@ def write_partitions(storage: Storage, item: dict, groups: Iterator[tuple]) -> I
 
     properties, needs = item["properties"], None if item["activations"] else item["needs"]
     for _, group, group_typed in groups:
-        for partition, rows, typed in partitions.split(group, group_typed, item["partitioning"], item["kinds"]):
+        for partition, rows, typed in by_partition(group, group_typed):
             for start in range(0, rows.num_rows, item["part_rows"]):
                 staging, piece = rows.slice(start, item["part_rows"]), None if typed is None else typed.slice(start, item["part_rows"])
                 part = write_staging(storage, item["staging"], staging, properties, needs) | {"partition": partition}
@@ -80,6 +88,17 @@ def write_partitions(storage: Storage, item: dict, groups: Iterator[tuple]) -> I
                         item["partitioning"],
                     )  # fmt: skip
                 yield pa.RecordBatch.from_pydict({"part": [json.dumps(part)]})
+
+
+def by_partition(rows, typed) -> list[tuple[dict, Any, Any]]:
+    """``(partition, rows, typed)`` of each partition among rows carrying theirs (``PARTITION``, dropped)."""
+    import json
+
+    texts = rows[PARTITION]
+    return [
+        (json.loads(texts[first].as_py()), held, held_typed)
+        for first, held, held_typed in partitions.grouped(rows.drop_columns([PARTITION]), typed, texts)
+    ]
 
 
 def _filed_job(spark, storage: Storage, item: dict, plan: StreamPlan, layout: Layout) -> list[dict]:

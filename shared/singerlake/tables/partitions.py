@@ -125,25 +125,34 @@ def split_text(text: str, streams: dict) -> tuple[str, str]:
 def split(staging, typed, partitioning: list[dict], kinds: dict[str, str]) -> list[tuple[dict, Any, Any]]:
     """``(partition, rows, typed)`` for each partition among staging rows (their typed rows, or None),
     rows in their order. ``kinds``: each field's declared kind (``declared_kind``)."""
-    import numpy as np
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     fields = fields_of(partitioning)
     texts = [_one_chunk(partition_texts(field, kinds.get(field.field), staging, typed)) for field in fields]
     joined = texts[0] if len(texts) == 1 else pc.binary_join_element_wise(*(pc.fill_null(t, NULL_PART) for t in texts), UNIT)
-    codes = np.asarray(pc.fill_null(pc.dictionary_encode(joined).indices, -1))
+    return [
+        ({field.column: text[first].as_py() for field, text in zip(fields, texts, strict=True)}, rows, typed_rows)
+        for first, rows, typed_rows in grouped(staging, typed, joined)
+    ]
+
+
+def grouped(staging, typed, values) -> list[tuple[int, Any, Any]]:
+    """``(first, rows, typed)`` for each distinct value of ``values`` (one per row; nulls one group), rows
+    in their order; ``first``: the index of the group's first row in ``staging``."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    codes = np.asarray(pc.fill_null(pc.dictionary_encode(_one_chunk(values)).indices, -1))
     order = np.argsort(codes, kind="stable")
     starts = [0, *(np.flatnonzero(np.diff(codes[order])) + 1).tolist()] if len(order) else []
-    # one take, then a slice per partition: a take per partition would copy the whole table each time
+    # one take, then a slice per group: a take per group would copy the whole table each time
     take = pa.array(order)
     staging, typed = staging.combine_chunks().take(take), None if typed is None else typed.combine_chunks().take(take)
-    groups = []
-    for start, stop in zip(starts, [*starts[1:], len(order)], strict=True):
-        first = int(order[start])
-        partition = {field.column: text[first].as_py() for field, text in zip(fields, texts, strict=True)}
-        groups.append((partition, staging.slice(start, stop - start), None if typed is None else typed.slice(start, stop - start)))
-    return groups
+    return [
+        (int(order[start]), staging.slice(start, stop - start), None if typed is None else typed.slice(start, stop - start))
+        for start, stop in zip(starts, [*starts[1:], len(order)], strict=True)
+    ]
 
 
 def _one_chunk(array):
@@ -166,6 +175,8 @@ def _typed_texts(field: PartitionField, column, schema_field):
     import pyarrow.compute as pc
 
     kind = column.type
+    if field.transform == "day" and (pa.types.is_timestamp(kind) or pa.types.is_date32(kind)):
+        return pc.cast(pc.cast(column, pa.date32()), pa.string())  # as strftime's %Y-%m-%d (UTC), a tenth of its time
     if pa.types.is_timestamp(kind):
         return pc.strftime(column, format=TIME_FORMAT if field.transform == "identity" else FORMATS[field.transform])
     if pa.types.is_date32(kind):
