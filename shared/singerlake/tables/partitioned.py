@@ -109,8 +109,8 @@ def _filed_job(spark, storage: Storage, item: dict, plan: StreamPlan, layout: La
         refs = blocks_frame(spark, storage, item, plan, layout, to_files, blocks.BLOCK_REFS)
         by_key = _dealt(spark, refs, layout.write_tasks)
         cut = functools.partial(_cut_filed, item, directory, by_key)
-        by_partition = spark.range(len(by_key), numPartitions=max(1, len(by_key))).mapInArrow(cut, blocks.BLOCK_REFS)
-        tasks = _dealt(spark, by_partition, layout.write_tasks, PARTITION_TASK_BYTES)
+        refiled = spark.range(len(by_key), numPartitions=max(1, len(by_key))).mapInArrow(cut, blocks.BLOCK_REFS)
+        tasks = _dealt(spark, refiled, layout.write_tasks, PARTITION_TASK_BYTES)
         write = functools.partial(_write_filed, storage, item, tasks)
         return collect_parts(spark, spark.range(len(tasks), numPartitions=max(1, len(tasks))).mapInArrow(write, "part string"))
 
@@ -160,8 +160,8 @@ def _shuffled_job(spark, storage: Storage, item: dict, plan: StreamPlan, layout:
     """Executors that may be other machines: both exchanges through Spark's shuffle (a partition's rows to one task)."""
     shuffled = blocks_frame(spark, storage, item, plan, layout, blocks.shuffle_blocks, blocks.BLOCKS)
     by_key = shuffled.repartition(layout.write_tasks, "_bucket").mapInArrow(functools.partial(_cut_shuffled, item), blocks.BLOCKS)
-    by_partition = by_key.repartition(layout.write_tasks, "_bucket")
-    return collect_parts(spark, by_partition.mapInArrow(functools.partial(_write_shuffled, storage, item), "part string"))
+    to_partitions = by_key.repartition(layout.write_tasks, "_bucket")
+    return collect_parts(spark, to_partitions.mapInArrow(functools.partial(_write_shuffled, storage, item), "part string"))
 
 
 def _cut_shuffled(item: dict, batches: Iterator[Any]) -> Iterator[Any]:
