@@ -207,8 +207,7 @@ def _run_job(spark, storage: Storage, item: dict, plan: StreamPlan, layout: Layo
     scratch = (spark.conf.get("spark.local.dir", None) or "").split(",")[0] or None  # where Spark's shuffle files would go
     with tempfile.TemporaryDirectory(prefix="singerlake-blocks-", dir=scratch) as directory:
         refs = blocks_frame(spark, storage, item, plan, layout, functools.partial(blocks.write_block_file, directory), blocks.BLOCK_REFS)
-        with arrow_batch_rows(spark, BLOCKS_PER_BATCH):
-            tasks = blocks.spread(blocks.by_bucket([row.asDict() for row in refs.collect()]), layout.write_tasks)
+        tasks = blocks.spread(collected_refs(spark, refs), layout.write_tasks)
         write = functools.partial(_write_filed, storage, item, threads, tasks)
         return collect_parts(spark, spark.range(len(tasks), numPartitions=max(1, len(tasks))).mapInArrow(write, "part string"))
 
@@ -240,6 +239,12 @@ def _write_filed(storage: Storage, item: dict, threads: int, tasks: list[dict], 
         for task in batch.column("id").to_pylist():
             yield from _write_buckets(storage, item, threads, blocks.file_groups(tasks[task]))
             blocks.release(tasks[task])
+
+
+def collected_refs(spark, refs) -> dict[int, list[dict]]:
+    """The rows of a frame of ``BLOCK_REFS``, by bucket."""
+    with arrow_batch_rows(spark, BLOCKS_PER_BATCH):
+        return blocks.by_bucket([row.asDict() for row in refs.collect()])
 
 
 def collect_parts(spark, frame) -> list[dict]:

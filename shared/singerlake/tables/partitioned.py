@@ -17,8 +17,7 @@ from singerlake.spark.executors import runs_elsewhere
 from singerlake.spark.session import session_of
 from singerlake.storage import Storage
 from singerlake.tables import blocks, partitions
-from singerlake.tables.blocks import BLOCKS_PER_BATCH
-from singerlake.tables.buckets import Layout, arrow_batch_rows, blocks_frame, collect_parts, current_typed, finish, large_item
+from singerlake.tables.buckets import Layout, blocks_frame, collect_parts, collected_refs, current_typed, finish, large_item
 from singerlake.tables.parts import publish, write_staging
 from singerlake.tables.plan import StreamPlan, schema_text
 
@@ -34,17 +33,14 @@ def starts_table(plan: StreamPlan) -> bool:
 
 def project_partitioned_stream(lake: Lake, spark, plan: StreamPlan, layout: Layout, formats: list[str], part_rows: int) -> dict:
     """The stream's first parts, written by Spark tasks: by key bucket, then by partition (module docstring)."""
-    item = large_item(plan, formats, rebucket=True) | {"kinds": kinds_of(plan), "part_rows": part_rows}
+    kinds = partitions.field_kinds(plan.partitioning, plan.properties)
+    item = large_item(plan, formats, rebucket=True) | {"kinds": kinds, "part_rows": part_rows}
     session = session_of(spark)
     if runs_elsewhere(session):
         written = _shuffled_job(session, lake.storage, item, plan, layout)
     else:
         written = _filed_job(session, lake.storage, item, plan, layout)
     return finish(lake, spark, plan, formats, item, [], written, [])
-
-
-def kinds_of(plan: StreamPlan) -> dict[str, str | None]:
-    return {field["field"]: partitions.declared_kind(plan.properties[field["field"]]) for field in plan.partitioning}
 
 
 def partition_id(text: str) -> int:
@@ -118,8 +114,7 @@ def _filed_job(spark, storage: Storage, item: dict, plan: StreamPlan, layout: La
 def _dealt(spark, refs, tasks: int, most_bytes: int | None = None) -> list[dict]:
     """The blocks ``refs`` (a frame of ``BLOCK_REFS``) by their number, dealt to at most ``tasks`` tasks;
     with ``most_bytes``, a number's blocks of more bytes than that are split among several groups."""
-    with arrow_batch_rows(spark, BLOCKS_PER_BATCH):
-        grouped = blocks.by_bucket([row.asDict() for row in refs.collect()])
+    grouped = collected_refs(spark, refs)
     if most_bytes is not None:
         grouped = _split_large(grouped, most_bytes)
     return blocks.spread(grouped, tasks)

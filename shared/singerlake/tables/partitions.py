@@ -70,6 +70,11 @@ def declared_kind(schema: dict) -> str | None:
     return kind if kind in ("string", "integer", "number", "boolean") else None
 
 
+def field_kinds(partitioning: list[dict], properties: dict) -> dict[str, str | None]:
+    """Each partition field's declared kind (``declared_kind``), as ``split`` takes them."""
+    return {field["field"]: declared_kind(properties[field["field"]]) for field in partitioning}
+
+
 def parse_spec(stream: str, text: str, properties: dict) -> list[dict]:
     """``FIELD[:TRANSFORM][,...]`` for one stream, checked against its properties (ConfigError names what is at fault)."""
     fields: list[PartitionField] = []

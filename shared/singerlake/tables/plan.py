@@ -155,7 +155,7 @@ def work_item(plan: StreamPlan, formats: list[str]) -> dict:
         "needs": plan.needs,
         "overrides": plan.overrides,
         "partitioning": plan.partitioning,
-        "kinds": {f["field"]: partitions.declared_kind(plan.properties[f["field"]]) for f in plan.partitioning},
+        "kinds": partitions.field_kinds(plan.partitioning, plan.properties),
     }
 
 
