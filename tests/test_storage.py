@@ -439,7 +439,7 @@ def test_local_create_only_writes_leave_no_temp_name_and_sync_keeps_them(tmp_pat
         storage.write("a/b/c", b"bytes", if_none_match=True, durable=False)
         with pytest.raises(PreconditionFailed):
             storage.write("a/b/c", b"other", if_none_match=True)
-        storage.sync()
+        storage.sync(["a/b/c"])
         assert storage.read("a/b/c").data == b"bytes"
         assert os.listdir(storage.root / "a" / "b") == ["c"]
         assert stat.S_IMODE(os.stat(storage.root / "a" / "b" / "c").st_mode) == 0o666 & ~_umask()

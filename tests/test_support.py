@@ -17,7 +17,7 @@ def storage_methods() -> list[str]:
 
 
 # A value for each parameter a Storage method takes (by name); a method with another parameter fails here, to be added.
-VALUES = {"key": "some/key", "prefix": "some/", "data": b"bytes", "chunks": [b"by", b"tes"], "cutoff_ms": 0, "start_after": "some/a"}
+VALUES = {"key": "some/key", "prefix": "some/", "data": b"bytes", "chunks": [b"by", b"tes"], "cutoff_ms": 0, "start_after": "some/a", "keys": ["some/key"]}
 
 
 def call_args(name: str) -> tuple:
@@ -123,5 +123,5 @@ def test_pickled_it_is_the_wrapped_storage(tmp_path):
     copied = pickle.loads(pickle.dumps(counting))
     assert type(copied) is LocalStorage and copied.read("a").data == b"1"
     assert counting.calls == [("write", "a")] and counting.requests == [("write", "a")]
-    counting.sync()
+    counting.sync(["a"])
     assert counting.kinds() == {PUT: 1, "SYNC": 1} and counting.requests == [("write", "a")]

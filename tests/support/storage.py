@@ -119,8 +119,8 @@ class Counting(Storage):
     def check_writable(self) -> None:
         return self._count("check_writable", "")()
 
-    def sync(self) -> None:
-        return self._count("sync", "")()
+    def sync(self, keys) -> None:
+        return self._count("sync", "")(keys)
 
     def open_options(self) -> dict[str, str]:
         return self.inner.open_options()

@@ -32,17 +32,24 @@ def pointer_dirs(what: str, records: Iterable[dict]) -> set[str]:
     return dirs
 
 
+def stored_keys(records: Iterable[dict]) -> Iterator[str]:
+    """The keys a push stored for ``records``: each file's bytes and its record."""
+    for record in records:
+        yield layout.data_key(record["what"], record["where"], record["id"])
+        yield layout.record_key(record["id"])
+
+
 def commit(storage: Storage, what: str, txn: str, records: list[dict]) -> None:
     """Pointers first, the segment last: the segment's create-only write makes every record visible at once.
 
     The records' files and bytes, and the pointers, may have been written without a sync each
-    (``durable=False``): one ``storage.sync()`` makes them all durable before the commit point.
+    (``durable=False``), here or on executors: one ``storage.sync`` makes them all durable before the commit point.
     Raises Aborted when a vacuum wrote this txn's segment first."""
     dirs = sorted(pointer_dirs(what, records))
     pause_point("push-before-pointers")
     with ThreadPoolExecutor(storage.parallel_requests) as pool:
         list(pool.map(lambda directory: storage.write(directory + txn, b"", if_none_match=True, durable=False), dirs))
-    storage.sync()
+    storage.sync([*stored_keys(records), *(directory + txn for directory in dirs)])
     pause_point("push-before-commit")
     try:
         _write_segment(storage, what, txn, {"records": records})

@@ -110,10 +110,10 @@ class Storage(ABC):
     def check_writable(self) -> None:
         """Fail fast with a clear error when the root cannot be written."""
 
-    def sync(self) -> None:
-        """Make every write this process made so far durable, ``durable=False`` ones too: one call
-        after many writes instead of one sync per object. A no-op where every write is durable when
-        it returns (S3)."""
+    def sync(self, keys: Iterable[str]) -> None:
+        """Make the objects at ``keys`` durable, names included, whoever wrote them (``durable=False``
+        writes of this process or of executors): one call after many writes instead of one sync per
+        object. A no-op where every write is durable when it returns (S3)."""
         return
 
     def exists(self, key: str) -> bool:

@@ -1,4 +1,9 @@
-"""Local filesystem backend: atomic writes by temp file + link/rename, CAS under a directory flock."""
+"""Local filesystem backend: atomic writes by temp file + link/rename, CAS under a directory flock.
+
+Durability (SPEC.md §9): a durable write fsyncs the file's bytes before its link or rename, then the
+directory that holds the new name, then each directory above it not yet known durable up to the root
+(a directory made by mkdir is itself an entry of its parent). ``sync(keys)`` does the same for objects
+written without (``durable=False``), by this process or another one."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import itertools
 import os
 import uuid
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
@@ -37,6 +43,19 @@ def _syncfs():
         return None
 
 
+def _fsync(path: Path, missing_ok: bool = False) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        if missing_ok:
+            return
+        raise
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _etag(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
@@ -48,6 +67,7 @@ class LocalStorage(Storage):
         self.root = Path(root).expanduser().absolute()
         self.url = str(self.root)
         self._tmpfile = hasattr(os, "O_TMPFILE")  # cleared on the first filesystem that refuses it
+        self._durable_dirs: set[Path] = {self.root}  # directories whose own entry this process made durable (none is ever removed)
 
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*check_key(key).split("/"))
@@ -116,6 +136,8 @@ class LocalStorage(Storage):
                 os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
+        if durable:
+            self._durable_name(path)
         return _etag(data)
 
     def _create_unnamed(self, key: str, path: Path, data: bytes, durable: bool) -> bool:
@@ -154,6 +176,8 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot write {self.url_of(key)}: {exc}") from exc
         finally:
             os.close(fd)
+        if durable:
+            self._durable_name(path)
         return True
 
     def write_stream(self, key: str, chunks: Iterable[bytes], *, if_none_match: bool = False, content_type: str | None = None) -> None:
@@ -177,14 +201,18 @@ class LocalStorage(Storage):
                     raise PreconditionFailed(f"{self.url_of(key)} already exists") from None
             else:
                 os.replace(tmp, path)
+            self._durable_name(path)
         except OSError as exc:
             raise StorageError(f"cannot write {self.url_of(key)}: {exc}") from exc
         finally:
             tmp.unlink(missing_ok=True)
 
-    def sync(self) -> None:
-        """syncfs(2) of the root's filesystem (Linux): data and names of every write so far, in one call;
-        sync(2) where there is no syncfs."""
+    def sync(self, keys: Iterable[str]) -> None:
+        """The objects at ``keys`` made durable with their names, whoever wrote them: first syncfs(2) of
+        the root's filesystem (sync(2) where there is none), one call that flushes everything at once,
+        then an fsync of each object and of its directories, which costs little after it and is what
+        reaches a filesystem syncfs does not (FUSE passes no syncfs to its daemon)."""
+        paths = [self._path(key) for key in keys]
         fd = os.open(self.root, os.O_RDONLY)
         try:
             syncfs = _syncfs()
@@ -192,6 +220,26 @@ class LocalStorage(Storage):
                 os.sync()
         finally:
             os.close(fd)
+        try:
+            with ThreadPoolExecutor(self.parallel_requests) as pool:  # a key gone meanwhile (a vacuum's delete) has nothing to keep
+                list(pool.map(functools.partial(_fsync, missing_ok=True), paths))
+                list(pool.map(functools.partial(_fsync, missing_ok=True), {path.parent for path in paths}))
+            for path in paths:
+                self._durable_parents(path.parent)
+        except OSError as exc:
+            raise StorageError(f"cannot sync {self.url}: {exc}") from exc
+
+    def _durable_name(self, path: Path) -> None:
+        """``path``'s name made durable: an fsync of its directory, and of the directories above it."""
+        _fsync(path.parent)
+        self._durable_parents(path.parent)
+
+    def _durable_parents(self, directory: Path) -> None:
+        """Each directory from ``directory`` up whose entry this process has not made durable yet: an fsync of its parent."""
+        while directory not in self._durable_dirs and directory != directory.parent:
+            _fsync(directory.parent)
+            self._durable_dirs.add(directory)
+            directory = directory.parent
 
     def _current_etag(self, path: Path) -> str | None:
         try:
