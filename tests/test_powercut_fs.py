@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import itertools
 import os
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def fs(tmp_path, image_files):
 @pytest.fixture
 def cut(fs, tmp_path):
     """Takes a snapshot into a new directory each call and returns its tree."""
-    count = iter(range(1000))
+    count = itertools.count()
     return lambda: tree(fs.snapshot(tmp_path / f"cut{next(count)}"))
 
 
@@ -141,7 +142,8 @@ def test_hard_link_keeps_the_content(fs, cut):
 
 
 @pytest.mark.parametrize(
-    "image_files", [{"a": None, "a/empty": None, "a/x.bin": bytes(range(256)) * 40, "top.txt": b"top", "z": None, "z/y": None, "z/y/d": b"d"}]
+    "image_files",
+    [{"a": None, "a/empty": None, "a/x.bin": bytes(range(256)) * 40, "top.txt": b"top", "z": None, "z/y": None, "z/y/d": b"d"}],
 )
 def test_image_is_durable_as_it_is(fs, cut, image_files):
     assert cut() == image_files

@@ -188,14 +188,16 @@ class PowerCutOps:
     def getattr(self, path, fh=None):
         node = self._node(path, fh)
         kind, size, nlink = (stat.S_IFDIR, 0, 2) if isinstance(node, Dir) else (stat.S_IFREG, len(node.data), node.nlink)
-        return {"st_mode": kind | node.mode, "st_ino": node.ino, "st_nlink": nlink, "st_size": size, "st_blocks": (size + 511) // 512,
-                "st_uid": os.getuid(), "st_gid": os.getgid(), "st_atime": node.mtime_ns, "st_mtime": node.mtime_ns, "st_ctime": node.mtime_ns}  # fmt: skip
+        times = dict.fromkeys(("st_atime", "st_mtime", "st_ctime"), node.mtime_ns)
+        return {"st_mode": kind | node.mode, "st_ino": node.ino, "st_nlink": nlink, "st_size": size, "st_blocks": -(-size // 512), **times}
 
     @_locked
     def readdir(self, path, fh):
         # glibc skips entries whose d_ino is 0, and with use_ino libfuse passes ours on
-        return [(name, {"st_ino": node.ino, "st_mode": stat.S_IFDIR if isinstance(node, Dir) else stat.S_IFREG}, 0)
-                for name, node in self._node(path, fh).entries.items()]
+        return [
+            (name, {"st_ino": node.ino, "st_mode": stat.S_IFDIR if isinstance(node, Dir) else stat.S_IFREG}, 0)
+            for name, node in self._node(path, fh).entries.items()
+        ]
 
     @_locked
     def open(self, path, flags):
@@ -319,9 +321,13 @@ class PowerCutOps:
             self._node(path).mtime_ns = time.time_ns() if mtime == UTIME_NOW else mtime
 
     def statfs(self, path):
-        free = 1 << 24
-        return {"f_bsize": 4096, "f_frsize": 4096, "f_blocks": free, "f_bfree": free, "f_bavail": free, "f_files": free, "f_ffree": free,
-                "f_namemax": 255}  # fmt: skip
+        free = 1 << 24  # blocks and inodes: plenty, as far as a program asking is concerned
+        return {
+            "f_bsize": 4096,
+            "f_frsize": 4096,
+            "f_namemax": 255,
+            **dict.fromkeys(("f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree"), free),
+        }
 
 
 class _Control(socketserver.StreamRequestHandler):
@@ -364,12 +370,14 @@ def main(argv: list[str] | None = None) -> None:
     # max_idle_threads: libfuse 3.14.0 warns about its own default (UINT_MAX) otherwise
     try:
         _Fuse(ops, str(args.mountpoint), foreground=True, hard_remove=True, use_ino=True, fsname="powercut", max_idle_threads=8)
+    except RuntimeError as error:  # fuse_main's status, 8 after SIGTERM
+        sys.exit(f"powercut_fs: libfuse ended with status {error}")
     finally:
         args.control.unlink(missing_ok=True)
 
 
 def _mounted(path: Path) -> bool:
-    """Whether path is a mount point, even one whose daemon died (os.path.ismount says False there: ENOTCONN)."""
+    """Whether path is a mount point, even one whose daemon died (os.path.ismount may say False: ENOTCONN)."""
     with open("/proc/self/mounts") as mounts:
         return any(line.split()[1] == str(path) for line in mounts)
 
@@ -411,9 +419,9 @@ class PowerCutFS:
         return path
 
     def stop(self) -> None:
-        """Unmounts (lazily when busy) and waits for the process; kills it by its PID if it does not exit."""
+        """Unmounts and waits for the process; kills it by its PID if it does not exit."""
         if _mounted(self.mount) and subprocess.run(["fusermount3", "-u", str(self.mount)], capture_output=True).returncode:
-            subprocess.run(["fusermount3", "-u", "-z", str(self.mount)], capture_output=True)
+            self.process.terminate()  # busy (a file left open): libfuse's SIGTERM handler exits and detaches the mount
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:

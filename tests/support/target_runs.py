@@ -51,8 +51,8 @@ def schema_line(stream: str) -> bytes:
     return json.dumps({"type": "SCHEMA", "stream": stream, "key_properties": ["id"], "schema": schema}).encode() + b"\n"
 
 
-def state_value(position: int) -> dict:
-    return {"bookmarks": {stream: {"id": position} for stream in STREAMS}, "position": position}
+def state_value(position: int, streams: tuple[str, ...] = STREAMS) -> dict:
+    return {"bookmarks": {stream: {"id": position} for stream in streams}, "position": position}
 
 
 @dataclass
@@ -65,15 +65,19 @@ class SingerInput:
     state_index: dict[int, int] = field(default_factory=dict)  # STATE position -> line index
 
     @property
+    def streams(self) -> tuple[str, ...]:
+        return tuple(self.per_stream)
+
+    @property
     def states(self) -> list[dict]:
-        return [state_value(position) for position in sorted(self.state_index)]
+        return [state_value(position, self.streams) for position in sorted(self.state_index)]
 
     def resume_after(self, state: dict | None) -> list[bytes]:
         """What a resumed tap sends: its SCHEMA messages, then everything after that STATE."""
         if state is None:
             return self.lines
         start = self.state_index[state["position"]] + 1
-        return [schema_line(stream) for stream in STREAMS] + self.lines[start:]
+        return [schema_line(stream) for stream in self.streams] + self.lines[start:]
 
     def covered_by(self, state: dict | None) -> dict[str, list[bytes]]:
         """Per stream, the records that came before ``state`` in the input."""
@@ -85,12 +89,17 @@ def _record_id(line: bytes) -> int:
     return json.loads(line)["record"]["id"]
 
 
-def make_input(path: Path, records: int = RECORDS, state_every: int = STATE_EVERY) -> SingerInput:
+def two_streams(i: int) -> str:
+    return "orders" if i % 3 == 0 else "users"
+
+
+def make_input(path: Path, records: int = RECORDS, state_every: int = STATE_EVERY, streams=STREAMS, stream_of=two_streams) -> SingerInput:
+    """``records`` records, record i in stream ``stream_of(i)`` (one of ``streams``), a STATE every ``state_every``."""
     start = datetime(2024, 1, 1, tzinfo=timezone.utc)
-    lines = [schema_line(stream) for stream in STREAMS]
-    data = SingerInput(lines, path, {stream: [] for stream in STREAMS})
+    lines = [schema_line(stream) for stream in streams]
+    data = SingerInput(lines, path, {stream: [] for stream in streams})
     for i in range(1, records + 1):
-        stream = "orders" if i % 3 == 0 else "users"
+        stream = stream_of(i)
         at = start + timedelta(milliseconds=37 * i)
         stamp = at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
         record = {"id": i, "name": f"Zoë São {i}", "payload": f"{i:07d}" * 20, "at": stamp}
@@ -100,7 +109,7 @@ def make_input(path: Path, records: int = RECORDS, state_every: int = STATE_EVER
         data.per_stream[stream].append(line)
         if i % state_every == 0:
             data.state_index[i] = len(lines)
-            lines.append(json.dumps({"type": "STATE", "value": state_value(i)}).encode() + b"\n")
+            lines.append(json.dumps({"type": "STATE", "value": state_value(i, streams)}).encode() + b"\n")
     path.write_bytes(b"".join(lines))
     return data
 
@@ -207,7 +216,7 @@ class LakeView:
 
     @property
     def orphans(self) -> set[str]:
-        return {key for stream in STREAMS for key in self.on_storage[stream] - self.committed[stream]}
+        return {key for stream in self.on_storage for key in self.on_storage[stream] - self.committed[stream]}
 
 
 def read_lake(lake: Lake, singer_input: SingerInput) -> LakeView:
@@ -215,7 +224,7 @@ def read_lake(lake: Lake, singer_input: SingerInput) -> LakeView:
     storage = lake.storage
     known = {line for lines in singer_input.per_stream.values() for line in lines}
     view = LakeView({}, {}, {}, [key for key in (info.key for info in storage.list("raw/")) if key.endswith("singerlake.lock")])
-    for stream in STREAMS:
+    for stream in singer_input.streams:
         paths = StreamPaths(TAP, stream)
         keys = {info.key for info in storage.list(f"{paths.stream_dir}/") if info.key.endswith(".singer.gz")}
         view.on_storage[stream] = keys
@@ -257,7 +266,7 @@ def first_occurrences(lines: list[bytes]) -> list[bytes]:
 def assert_covered(view: LakeView, singer_input: SingerInput, state: dict | None, *, duplicates: bool) -> None:
     """Every record before ``state`` is stored; stored records follow input order per stream."""
     covered = singer_input.covered_by(state)
-    for stream in STREAMS:
+    for stream in singer_input.streams:
         stored = view.records[stream]
         unique = first_occurrences(stored)
         if not duplicates:
@@ -271,5 +280,5 @@ def assert_covered(view: LakeView, singer_input: SingerInput, state: dict | None
 
 
 def assert_lake_complete(view: LakeView, singer_input: SingerInput) -> None:
-    for stream in STREAMS:
+    for stream in singer_input.streams:
         assert first_occurrences(view.records[stream]) == singer_input.per_stream[stream], f"{stream}: lake incomplete or out of order"

@@ -307,7 +307,10 @@ class LocalStorage(Storage):
 
     def check_writable(self) -> None:
         try:
+            made = [path for path in (self.root, *self.root.parents) if not path.exists()]
             self.root.mkdir(parents=True, exist_ok=True)
+            for directory in made:  # a lake root made here is an entry of its parent: durable before anything in it
+                _fsync(directory.parent)
             probe = self.root / f"{_TMP_PREFIX}write-check-{uuid.uuid4().hex}"
             probe.write_bytes(b"")
             probe.unlink()
