@@ -8,6 +8,7 @@ Timeouts only detect hangs; nothing here asserts speed."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -57,10 +58,10 @@ def fs(tmp_path):
         yield mounted
 
 
-def cuts_while(running, fs: PowerCutFS, rng: random.Random, out: Path, acknowledged) -> list[tuple[Path, object]]:
+def cuts_while(running, fs: PowerCutFS, rng: random.Random, out: Path, acknowledged, taken: list | None = None) -> list[tuple[Path, object]]:
     """Snapshots at random moments while ``running()``, each with ``acknowledged()`` read just before it:
-    what was acknowledged before the cut."""
-    taken: list[tuple[Path, object]] = []
+    what was acknowledged before the cut (appended to ``taken`` as they come)."""
+    taken = [] if taken is None else taken
     deadline = time.monotonic() + HANG_S
     while running() and time.monotonic() < deadline:
         time.sleep(rng.uniform(0.02, 0.25))
@@ -107,3 +108,95 @@ def test_a_power_cut_during_landing_loses_no_record_covered_by_an_emitted_state(
 
 def config_on(tmp_path: Path, snapshot: Path) -> Path:
     return write_config(tmp_path, f"config-{snapshot.name}", lake_root=str(snapshot / "lake"), batch_max_rows=1_500)
+
+
+# -- push -------------------------------------------------------------------------------------------
+SINGERLAKE = str(Path(sys.executable).with_name("singerlake"))
+WHAT, WHERE = "logs", "web01"
+
+
+def make_files(directory: Path, rng: random.Random, count: int, large: bool) -> dict[str, bytes]:
+    """``count`` small files of random bytes (and one over the small-file size, read in chunks): name -> bytes."""
+    directory.mkdir(parents=True)
+    files = {f"f{n:03d}.log": rng.randbytes(rng.randrange(1, 4_000)) for n in range(count)}
+    if large:
+        files["large.bin"] = rng.randbytes(4_500_000)
+    for name, data in files.items():
+        (directory / name).write_bytes(data)
+    return files
+
+
+def test_a_power_cut_during_pushes_loses_no_file_a_push_reported(fs, tmp_path, seed):
+    rng = random.Random(seed)
+    lake_root = fs.mount / "lake"
+    pushed: list[tuple[str, dict[str, bytes]]] = []  # (work id, its files), once its push has reported them
+    cuts: list[tuple[Path, list]] = []
+
+    def pushes() -> None:  # rounds of 30 small files (a large one every 8th) until the cuts are enough
+        for n in itertools.count():
+            if n >= 12 and len(cuts) >= CUTS:
+                return
+            work_id = f"round-{n:02d}"
+            files = make_files(tmp_path / "src" / work_id, random.Random(f"{seed}-{n}"), 30, n % 8 == 1)
+            command = [SINGERLAKE, "push", str(lake_root), str(tmp_path / "src" / work_id), "--what", WHAT, "--where", WHERE]
+            done = subprocess.run(
+                [*command, "--work-id", work_id, "--start", "2026-11-01T00:00:00Z", "--spark", "never", "--json"],
+                capture_output=True, text=True, timeout=HANG_S,
+            )  # fmt: skip
+            assert done.returncode == 0, f"push {work_id}: exit {done.returncode}: {done.stderr[-2000:]}"
+            pushed.append((work_id, files))
+
+    worker = ThreadWithResult(pushes)
+    cuts_while(worker.is_alive, fs, rng, tmp_path / "cuts", lambda: list(pushed), cuts)
+    worker.result()
+    for snapshot, reported in [*cuts, (fs.mount, pushed)]:
+        try:
+            assert_files_kept(snapshot / "lake", reported, tmp_path / "fetched" / snapshot.name)
+        except AssertionError as exc:
+            raise AssertionError(f"seed {seed}, {snapshot.name} (after {len(reported)} pushes): {exc}") from exc
+    for snapshot, reported in rng.sample(cuts, 2):  # verify is clean, after repair where a commit needs completing
+        subprocess.run([SINGERLAKE, "repair", str(snapshot / "lake"), "--apply"], capture_output=True, timeout=HANG_S)
+        verified = subprocess.run([SINGERLAKE, "verify", str(snapshot / "lake")], capture_output=True, text=True, timeout=HANG_S)
+        assert verified.returncode == 0 or not (snapshot / "lake").exists(), f"seed {seed}, {snapshot.name}: verify\n{verified.stdout[-3000:]}"
+
+
+def assert_files_kept(root: Path, reported: list[tuple[str, dict[str, bytes]]], out: Path) -> None:
+    """Each reported push's files are found by their work id and fetch byte for byte."""
+    if not reported:
+        return
+    lake = Lake(LocalStorage(root))
+    for work_id, files in reported:
+        records = lake.find_files(WHAT, where=WHERE, work_id=work_id)
+        assert sorted(record["name"] for record in records) == sorted(files), f"{work_id}: found {len(records)} of {len(files)} files"
+        by_day = {record["id"] for record in lake.find_files(WHAT, where=WHERE, start="2026-11-01", end="2026-11-01")}
+        assert {record["id"] for record in records} <= by_day, f"{work_id}: a file is not found by its day"
+        target = out / work_id
+        target.mkdir(parents=True)
+        lake.fetch(records, str(target) + "/", template="{name}")
+        for name, data in files.items():
+            assert hashlib.sha256((target / name).read_bytes()).digest() == hashlib.sha256(data).digest(), f"{work_id}/{name} differs"
+
+
+class ThreadWithResult:
+    """A thread whose exception comes back from ``result()``."""
+
+    def __init__(self, work) -> None:
+        import threading
+
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(work,), daemon=True)
+        self._thread.start()
+
+    def _run(self, work) -> None:
+        try:
+            work()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            self.error = exc
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def result(self) -> None:
+        self._thread.join(HANG_S)
+        if self.error is not None:
+            raise self.error
