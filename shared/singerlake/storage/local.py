@@ -25,6 +25,7 @@ from singerlake.storage.base import Blob, NotFound, ObjectInfo, PreconditionFail
 _TMP_PREFIX = ".tmp-"
 _TMP_TAG = uuid.uuid4().hex[:12]  # with the pid and a count: unique temp names without a uuid4 (a getrandom call) per write
 _TMP_COUNT = itertools.count()
+SYNCFS_FROM = 16  # keys: from more, sync() flushes the filesystem at once before its fsyncs
 _NO_TMPFILE = {errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT, errno.EACCES, errno.EPERM, errno.EXDEV}
 
 
@@ -208,18 +209,19 @@ class LocalStorage(Storage):
             tmp.unlink(missing_ok=True)
 
     def sync(self, keys: Iterable[str]) -> None:
-        """The objects at ``keys`` made durable with their names, whoever wrote them: first syncfs(2) of
-        the root's filesystem (sync(2) where there is none), one call that flushes everything at once,
+        """The objects at ``keys`` made durable with their names, whoever wrote them: for many keys first
+        syncfs(2) of the root's filesystem (sync(2) where there is none), one call that flushes them all,
         then an fsync of each object and of its directories, which costs little after it and is what
         reaches a filesystem syncfs does not (FUSE passes no syncfs to its daemon)."""
         paths = [self._path(key) for key in keys]
-        fd = os.open(self.root, os.O_RDONLY)
-        try:
-            syncfs = _syncfs()
-            if syncfs is None or syncfs(fd) != 0:
-                os.sync()
-        finally:
-            os.close(fd)
+        if len(paths) > SYNCFS_FROM:
+            fd = os.open(self.root, os.O_RDONLY)
+            try:
+                syncfs = _syncfs()
+                if syncfs is None or syncfs(fd) != 0:
+                    os.sync()
+            finally:
+                os.close(fd)
         try:
             with ThreadPoolExecutor(self.parallel_requests) as pool:  # a key gone meanwhile (a vacuum's delete) has nothing to keep
                 list(pool.map(functools.partial(_fsync, missing_ok=True), paths))

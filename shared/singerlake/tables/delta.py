@@ -176,6 +176,7 @@ def commit(
             configuration=TABLE_CONFIGURATION,
             storage_options=storage_options(storage), commit_properties=properties,
         )  # fmt: skip
+        storage.sync([delta_log.log_key(key, 0)])  # delta-rs does not fsync: durable before anything names this version (SPEC.md §9)
         return 0
     try:
         table = open_table(storage, key, base.version)
@@ -184,6 +185,7 @@ def commit(
         table.create_write_transaction(actions, mode="overwrite", schema=schema, commit_properties=properties)
     except CommitFailedError:
         raise CommitRejected(f"{storage.url_of(key)}: version {base.version + 1} was committed by another writer first") from None
+    storage.sync([delta_log.log_key(key, base.version + 1)])
     return base.version + 1
 
 

@@ -54,7 +54,11 @@ def file_uri(storage: Storage, key: str) -> str:
 
 
 def fileio_properties(storage: Storage) -> dict[str, str]:
-    """pyiceberg's S3 FileIO properties for the lake's storage (the credentials delta-rs gets)."""
+    """pyiceberg's FileIO properties for the lake's storage: a local lake's durable writes, or S3 with the credentials delta-rs gets."""
+    if isinstance(storage, LocalStorage):
+        from singerlake.tables import iceberg_io
+
+        return iceberg_io.properties(storage)
     options = delta.storage_options(storage)
     names = {
         "AWS_ACCESS_KEY_ID": "s3.access-key-id",
