@@ -39,6 +39,11 @@ PAGES = {  # bench: (title, what it measures)
         "`push`, the index's queries and `fetch` beside a plain copy loop and a plain boto3 loop, locally and on a moto "
         "S3 server started by the bench.",
     ),
+    "durability": (
+        "Durability",
+        "Landing and pushing into a local lake with the fsyncs that make a power cut lose nothing acknowledged, beside "
+        "a checkout without them, alternating in the same run.",
+    ),
     "s3_requests": (
         "S3 requests",
         "Every S3 request of each operation, counted at the HTTP level by a proxy in front of a moto server (the CLIs, "

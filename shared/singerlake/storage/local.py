@@ -13,6 +13,7 @@ import functools
 import hashlib
 import itertools
 import os
+import re
 import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +56,26 @@ def _fsync(path: Path, missing_ok: bool = False) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# Filesystems whose syncfs(2) makes every write before it durable, data and names: the kernel's own on a local disk.
+SYNCFS_DURABLE = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "jfs", "reiserfs", "nilfs2", "bcachefs", "zfs", "tmpfs"})
+
+
+@functools.cache
+def _syncfs_suffices(root: Path) -> bool:
+    """Whether ``root`` is on a filesystem of ``SYNCFS_DURABLE`` (its mount found in /proc/self/mountinfo)."""
+    try:
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return False
+    best, kind = "", ""
+    for line in mounts:
+        fields = line.split(" ")
+        point = re.sub(r"\\([0-7]{3})", lambda escape: chr(int(escape[1], 8)), fields[4])  # a space is \040 there
+        if (str(root) + "/").startswith(point.rstrip("/") + "/") and len(point) >= len(best):
+            best, kind = point, fields[fields.index("-") + 1]
+    return kind in SYNCFS_DURABLE
 
 
 def _etag(data: bytes) -> str:
@@ -209,17 +230,18 @@ class LocalStorage(Storage):
             tmp.unlink(missing_ok=True)
 
     def sync(self, keys: Iterable[str]) -> None:
-        """The objects at ``keys`` made durable with their names, whoever wrote them: for many keys first
-        syncfs(2) of the root's filesystem (sync(2) where there is none), one call that flushes them all,
-        then an fsync of each object and of its directories, which costs little after it and is what
-        reaches a filesystem syncfs does not (FUSE passes no syncfs to its daemon)."""
+        """The objects at ``keys`` made durable with their names, whoever wrote them. For many keys, one
+        syncfs(2) of the root's filesystem flushes them all: enough on a local disk's filesystem; on any
+        other (FUSE passes no syncfs to its daemon, a network filesystem may keep the data on its
+        client) and for a few keys, an fsync of each object and of its directories."""
         paths = [self._path(key) for key in keys]
         if len(paths) > SYNCFS_FROM:
             fd = os.open(self.root, os.O_RDONLY)
             try:
                 syncfs = _syncfs()
-                if syncfs is None or syncfs(fd) != 0:
-                    os.sync()
+                if syncfs is not None and syncfs(fd) == 0 and _syncfs_suffices(self.root):
+                    return
+                os.sync()
             finally:
                 os.close(fd)
         try:
