@@ -70,7 +70,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     before = args.before.resolve()
-    cases = {f"landing users × {args.records:,}": (land, singer_file(args.records)), f"push {args.files:,} small files": (push, small_files(args.files))}
+    cases = {
+        f"landing users × {args.records:,}": (land, singer_file(args.records)),
+        f"push {args.files:,} small files": (push, small_files(args.files)),
+    }
     rounds: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
     with tempfile.TemporaryDirectory(prefix="durability-", dir=OUT) as tmp:
         work = Path(tmp)
@@ -92,7 +95,8 @@ def main() -> None:
         afters, priors = [a for a, _ in pairs], [b for _, b in pairs]
         ratio, per_round = min(afters) / min(priors), sorted(a / b for a, b in pairs)
         met = "yes" if ratio <= GOAL else "no"
-        print(f"| {name} | {spread(afters, 2)} | {spread(priors, 2)} | {ratio:.3f} | {per_round[0]:.3f}–{per_round[-1]:.3f} | ≤ {GOAL} | {met} |")
+        rounds_text = f"{per_round[0]:.3f}–{per_round[-1]:.3f}"
+        print(f"| {name} | {spread(afters, 2)} | {spread(priors, 2)} | {ratio:.3f} | {rounds_text} | ≤ {GOAL} | {met} |")
 
 
 if __name__ == "__main__":

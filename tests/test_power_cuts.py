@@ -7,16 +7,17 @@ Timeouts only detect hangs; nothing here asserts speed."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from singerlake import Lake
@@ -31,6 +32,7 @@ from support.target_runs import (
     make_input,
     read_lake,
     run_to_end,
+    state_value,
     write_config,
 )
 
@@ -58,7 +60,7 @@ def fs(tmp_path):
         yield mounted
 
 
-def cuts_while(running, fs: PowerCutFS, rng: random.Random, out: Path, acknowledged, taken: list | None = None) -> list[tuple[Path, object]]:
+def cuts_while(running, fs: PowerCutFS, rng: random.Random, out: Path, acknowledged, taken: list | None = None) -> list[tuple[Path, Any]]:
     """Snapshots at random moments while ``running()``, each with ``acknowledged()`` read just before it:
     what was acknowledged before the cut (appended to ``taken`` as they come)."""
     taken = [] if taken is None else taken
@@ -154,10 +156,11 @@ def test_a_power_cut_during_pushes_loses_no_file_a_push_reported(fs, tmp_path, s
             assert_files_kept(snapshot / "lake", reported, tmp_path / "fetched" / snapshot.name)
         except AssertionError as exc:
             raise AssertionError(f"seed {seed}, {snapshot.name} (after {len(reported)} pushes): {exc}") from exc
-    for snapshot, reported in rng.sample(cuts, 2):  # verify is clean, after repair where a commit needs completing
-        subprocess.run([SINGERLAKE, "repair", str(snapshot / "lake"), "--apply"], capture_output=True, timeout=HANG_S)
-        verified = subprocess.run([SINGERLAKE, "verify", str(snapshot / "lake")], capture_output=True, text=True, timeout=HANG_S)
-        assert verified.returncode == 0 or not (snapshot / "lake").exists(), f"seed {seed}, {snapshot.name}: verify\n{verified.stdout[-3000:]}"
+    for snapshot, _ in rng.sample(cuts, 2):  # verify is clean, after repair where a commit needs completing
+        root = str(snapshot / "lake")
+        subprocess.run([SINGERLAKE, "repair", root, "--apply"], capture_output=True, timeout=HANG_S)
+        verified = subprocess.run([SINGERLAKE, "verify", root], capture_output=True, text=True, timeout=HANG_S)
+        assert verified.returncode == 0 or not (snapshot / "lake").exists(), f"seed {seed}, {snapshot.name}: {verified.stdout[-3000:]}"
 
 
 def assert_files_kept(root: Path, reported: list[tuple[str, dict[str, bytes]]], out: Path) -> None:
@@ -204,6 +207,7 @@ class ThreadWithResult:
 
 # -- lake jobs --------------------------------------------------------------------------------------
 JOB_STREAMS = ("big", "small00", "small01")
+JOB_RECORDS, HALF = 6_000, 3_000  # the first landing ends with the STATE at HALF, the second brings the rest
 
 
 def three_streams(i: int) -> str:
@@ -238,42 +242,55 @@ def run_job(job: str, lake: Path) -> subprocess.CompletedProcess:
     return done
 
 
-@pytest.mark.parametrize("job", ["compact", "project", "vacuum", "repair"])
-def test_a_power_cut_during_a_lake_job_leaves_its_previous_or_next_state(fs, tmp_path, seed, job):
-    """Rounds of: a landing (not cut), then the job, cut at random moments, until the cuts are enough. Each cut
-    holds every landed record, each manifest naming only whole files; each table is absent or whole, as one of the job's runs left it."""
-    rng = random.Random(seed)
-    lake = fs.mount / "lake"
-    singer_input = make_input(tmp_path / "input.singer.jsonl", 6_000, 500, JOB_STREAMS, three_streams)
-    half = singer_input.states[5]  # the first landing ends with it, the second brings the rest
-    pieces = [singer_input.lines[: singer_input.state_index[half["position"]] + 1], singer_input.resume_after(half)]
-    cuts: list[tuple[Path, object]] = []
-    table_rows: list[int | None] = [None]  # the rows of the big stream's table after each run of the job
+def job_rounds(fs: PowerCutFS, tmp_path: Path, rng: random.Random, singer_input: SingerInput, job, prepare, after) -> tuple[list, list]:
+    """Rounds of: a landing (not cut; the input's first half, then the rest), ``prepare()``, then ``job()``, cut at
+    random moments, until both landings are done and the cuts are enough. Returns the cuts, each with its round,
+    and ``after()`` of each round."""
+    pieces = [singer_input.lines[: singer_input.state_index[HALF] + 1], singer_input.resume_after(state_value(HALF, JOB_STREAMS))]
+    cuts: list[tuple[Path, int]] = []
+    found = []
     for round_number in itertools.count():
-        if round_number >= 2 and len(cuts) >= CUTS:  # both landings done, and the cuts enough
+        landed = functools.partial(int, round_number)  # what a cut of this round holds, read when it is taken
+        if round_number >= len(pieces) and len(cuts) >= CUTS:
             break
         if round_number < len(pieces):
-            config = write_config(tmp_path, "config", lake_root=str(lake), batch_max_rows=200)
+            config = write_config(tmp_path, "config", lake_root=str(fs.mount / "lake"), batch_max_rows=200)
             run_to_end(config, pieces[round_number], tmp_path, f"land-{round_number}")
-            prepare(job, lake)
-        worker = ThreadWithResult(lambda: run_job(job, lake))
-        cuts_while(worker.is_alive, fs, rng, tmp_path / "cuts", lambda: round_number, cuts)
+            prepare()
+            fs.settle()  # the job's cuts test the job: what it starts from is on disk
+        worker = ThreadWithResult(job)
+        cuts_while(worker.is_alive, fs, rng, tmp_path / "cuts", landed, cuts)
         worker.result()
-        if job == "project":
-            table_rows.append(delta_rows(lake / "published" / "tap-crash" / "big"))
-    complete = read_lake(Lake(LocalStorage(lake)), singer_input)
+        found.append(after())
+    return cuts, found
+
+
+def landed_in(singer_input: SingerInput, round_number: int) -> dict:
+    """The last STATE of what was landed before that round's job."""
+    return state_value(HALF if round_number == 0 else JOB_RECORDS, JOB_STREAMS)
+
+
+@pytest.mark.parametrize("job", ["compact", "project", "vacuum", "repair"])
+def test_a_power_cut_during_a_lake_job_leaves_its_previous_or_next_state(fs, tmp_path, seed, job):
+    """Each cut holds every landed record, each manifest naming only whole files; the table is absent or whole,
+    as one of the job's runs left it."""
+    lake, table = fs.mount / "lake", fs.mount / "lake" / "published" / "tap-crash" / "big"
+    singer_input = make_input(tmp_path / "input.singer.jsonl", JOB_RECORDS, 500, JOB_STREAMS, three_streams)
+    cuts, table_rows = job_rounds(
+        fs, tmp_path, random.Random(seed), singer_input, lambda: run_job(job, lake), lambda: prepare(job, lake),
+        lambda: delta_rows(table) if job == "project" else None,
+    )  # fmt: skip
     for snapshot, round_number in cuts:
         try:
             view = read_lake(Lake(LocalStorage(snapshot / "lake")), singer_input)
-            assert_covered(view, singer_input, half if round_number == 0 else singer_input.states[-1], duplicates=False)
+            assert_covered(view, singer_input, landed_in(singer_input, round_number), duplicates=False)
             if job == "repair":
                 Lake(LocalStorage(snapshot / "lake")).catalogue("tap-crash")  # parses, or is rebuilt from the manifests
-            if job == "project":
-                rows = delta_rows(snapshot / "lake" / "published" / "tap-crash" / "big")
-                assert rows in table_rows, f"the big stream's table has {rows} rows, no run left it so ({table_rows})"
+            rows = delta_rows(snapshot / "lake" / "published" / "tap-crash" / "big")
+            assert rows in [None, *table_rows], f"the big stream's table has {rows} rows, no run left it so ({table_rows})"
         except AssertionError as exc:
             raise AssertionError(f"seed {seed}, {snapshot.name} (round {round_number}): {exc}") from exc
-    assert_lake_complete(complete, singer_input)
+    assert_lake_complete(read_lake(Lake(LocalStorage(lake)), singer_input), singer_input)
 
 
 def iceberg_rows(mount: Path) -> int | None:
@@ -293,33 +310,23 @@ def iceberg_rows(mount: Path) -> int | None:
 def test_a_power_cut_during_an_iceberg_projection_leaves_its_previous_or_next_table(fs, tmp_path, seed, monkeypatch):
     """The same rounds with `project --formats iceberg`, the SQLite catalog on the mount too. A cut is mounted
     again where the lake was (the catalog names files by their path) and its tables read whole."""
-    rng = random.Random(seed)
     lake = fs.mount / "lake"
     monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__TYPE", "sql")
     monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__URI", f"sqlite:///{fs.mount}/catalog.db")
     monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__WAREHOUSE", f"file://{fs.mount}/warehouse")
-    singer_input = make_input(tmp_path / "input.singer.jsonl", 6_000, 500, JOB_STREAMS, three_streams)
-    half = singer_input.states[5]
-    pieces = [singer_input.lines[: singer_input.state_index[half["position"]] + 1], singer_input.resume_after(half)]
-    cuts: list[tuple[Path, object]] = []
-    table_rows: list[int | None] = [None, 0]  # none yet; created empty by the first run, which then adds its snapshot
+    singer_input = make_input(tmp_path / "input.singer.jsonl", JOB_RECORDS, 500, JOB_STREAMS, three_streams)
     command = [SINGERLAKE, "project", str(lake), "--formats", "iceberg", "--iceberg-catalog", "lake"]
-    for round_number in itertools.count():
-        if round_number >= 2 and len(cuts) >= CUTS:
-            break
-        if round_number < len(pieces):
-            config = write_config(tmp_path, "config", lake_root=str(lake), batch_max_rows=200)
-            run_to_end(config, pieces[round_number], tmp_path, f"land-{round_number}")
-        worker = ThreadWithResult(lambda: subprocess.run(command, check=True, capture_output=True, timeout=HANG_S))
-        cuts_while(worker.is_alive, fs, rng, tmp_path / "cuts", lambda: round_number, cuts)
-        worker.result()
-        table_rows.append(iceberg_rows(fs.mount))
+    cuts, table_rows = job_rounds(
+        fs, tmp_path, random.Random(seed), singer_input, lambda: subprocess.run(command, check=True, capture_output=True, timeout=HANG_S),
+        lambda: None, lambda: iceberg_rows(fs.mount),
+    )  # fmt: skip
+    allowed = [None, 0, *table_rows]  # none yet; created empty by the first run, which then adds its snapshot
     fs.stop()
     for snapshot, round_number in cuts:
         with PowerCutFS.start(fs.mount, snapshot, tmp_path / "control-check"):
             try:
                 rows = iceberg_rows(fs.mount)
-                assert rows in table_rows, f"the big stream's Iceberg table has {rows} rows, no run left it so ({table_rows})"
-                assert delta_rows(lake / "published" / "tap-crash" / "big") in table_rows
+                assert rows in allowed, f"the big stream's Iceberg table has {rows} rows, no run left it so ({table_rows})"
+                assert delta_rows(lake / "published" / "tap-crash" / "big") in allowed
             except Exception as exc:
                 raise AssertionError(f"seed {seed}, {snapshot.name} (round {round_number}): {exc}") from exc

@@ -171,6 +171,15 @@ def test_many_snapshots_each_reflect_their_instant(fs, cut):
     assert tree(fs.mount) == {"d": None}
 
 
+def test_settle_makes_everything_written_so_far_durable(fs, cut):
+    (fs.mount / "d" / "e").mkdir(parents=True)
+    write(fs.mount / "d" / "e" / "f", b"unsynced")
+    assert cut() == {}
+    fs.settle()
+    write(fs.mount / "later", b"after the settle")
+    assert cut() == {"d": None, "d/e": None, "d/e/f": b"unsynced"}
+
+
 def test_rename_flags(fs, cut):
     libc = ctypes.CDLL(None, use_errno=True)
 

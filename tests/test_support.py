@@ -17,7 +17,15 @@ def storage_methods() -> list[str]:
 
 
 # A value for each parameter a Storage method takes (by name); a method with another parameter fails here, to be added.
-VALUES = {"key": "some/key", "prefix": "some/", "data": b"bytes", "chunks": [b"by", b"tes"], "cutoff_ms": 0, "start_after": "some/a", "keys": ["some/key"]}
+VALUES = {
+    "key": "some/key",
+    "prefix": "some/",
+    "data": b"bytes",
+    "chunks": [b"by", b"tes"],
+    "cutoff_ms": 0,
+    "start_after": "some/a",
+    "keys": ["some/key"],
+}
 
 
 def call_args(name: str) -> tuple:

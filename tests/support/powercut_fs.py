@@ -26,7 +26,8 @@ The model:
 - One lock covers every operation and the snapshot's walk, so a snapshot is atomic with respect to file operations.
 
 Run as ``python powercut_fs.py MOUNTPOINT --image DIR --control SOCKET``: mounts in the foreground and answers line
-commands on the Unix socket: ``ping`` -> ``ok``; ``snapshot PATH`` (PATH must not exist) -> ``ok <files> <bytes>``
+commands on the Unix socket: ``ping`` -> ``ok``; ``settle`` (everything durable) -> ``ok``;
+``snapshot PATH`` (PATH must not exist) -> ``ok <files> <bytes>``
 or ``error <why>``. Tests use ``PowerCutFS.start(...)``, and skip with ``why_unavailable()`` when it is not None.
 """
 
@@ -149,6 +150,20 @@ class PowerCutOps:
                 path.write_bytes(data)
                 written[node], size = path, size + len(data)
         return sum(node is not None for _, node, _ in plan), size
+
+    @_locked
+    def settle(self) -> None:
+        """Everything reachable made durable, as the kernel's writeback would in time (or an orderly shutdown)."""
+        pending, seen = [self.root], {self.root}
+        while pending:
+            directory = pending.pop()
+            directory.durable_entries = dict(directory.entries)
+            for node in directory.entries.values():
+                if isinstance(node, File):
+                    node.durable = bytes(node.data)
+                elif node not in seen:
+                    seen.add(node)
+                    pending.append(node)
 
     def _node(self, path: str | None, fh: int | None = None) -> File | Dir:
         if fh in self.handles:
@@ -337,6 +352,9 @@ class _Control(socketserver.StreamRequestHandler):
             try:
                 if command == "ping":
                     reply = "ok"
+                elif command == "settle":
+                    self.server.ops.settle()
+                    reply = "ok"
                 elif command == "snapshot" and argument:
                     reply = "ok {} {}".format(*self.server.ops.snapshot(Path(argument)))
                 else:
@@ -417,6 +435,12 @@ class PowerCutFS:
         if not reply.startswith("ok"):
             raise RuntimeError(f"snapshot {path}: {reply}")
         return path
+
+    def settle(self) -> None:
+        """Makes everything written so far durable, as if the machine had stayed up long enough to write it back."""
+        reply = self._ask("settle")
+        if reply != "ok":
+            raise RuntimeError(f"settle: {reply}")
 
     def stop(self) -> None:
         """Unmounts and waits for the process; kills it by its PID if it does not exit."""

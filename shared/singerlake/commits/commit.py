@@ -52,7 +52,7 @@ def compare_and_swap(
         if new is None:
             return None if current is None else Blob(current, etag)
         try:
-            if etag is None:  # a creation is durable whatever was asked: a stream's first manifest precedes its data files on disk too (SPEC.md §7)
+            if etag is None:  # a creation is durable, whatever was asked: a first manifest precedes its data files on disk too (SPEC.md §7)
                 written = storage.write(key, new, if_none_match=True)
             else:
                 written = storage.write(key, new, if_match=etag, durable=durable)
