@@ -156,11 +156,15 @@ def test_a_power_cut_during_pushes_loses_no_file_a_push_reported(fs, tmp_path, s
             assert_files_kept(snapshot / "lake", reported, tmp_path / "fetched" / snapshot.name)
         except AssertionError as exc:
             raise AssertionError(f"seed {seed}, {snapshot.name} (after {len(reported)} pushes): {exc}") from exc
-    for snapshot, _ in rng.sample(cuts, 2):  # verify is clean, after repair where a commit needs completing
+    lakes = [snapshot for snapshot, _ in cuts if (snapshot / "lake").exists()]
+    for snapshot in rng.sample(lakes, 2):  # after repair, verify finds nothing but the cut push's leftovers (vacuum's to delete)
         root = str(snapshot / "lake")
         subprocess.run([SINGERLAKE, "repair", root, "--apply"], capture_output=True, timeout=HANG_S)
         verified = subprocess.run([SINGERLAKE, "verify", root], capture_output=True, text=True, timeout=HANG_S)
-        assert verified.returncode == 0 or not (snapshot / "lake").exists(), f"seed {seed}, {snapshot.name}: {verified.stdout[-3000:]}"
+        findings = [line for line in verified.stdout.splitlines() if ": " in line]
+        assert verified.returncode == 0 or (verified.returncode == 1 and all(line.startswith("orphan: ") for line in findings)), (
+            f"seed {seed}, {snapshot.name}: {verified.stdout[-3000:]}{verified.stderr[-2000:]}"
+        )
 
 
 def assert_files_kept(root: Path, reported: list[tuple[str, dict[str, bytes]]], out: Path) -> None:

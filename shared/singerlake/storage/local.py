@@ -26,7 +26,7 @@ from singerlake.storage.base import Blob, NotFound, ObjectInfo, PreconditionFail
 _TMP_PREFIX = ".tmp-"
 _TMP_TAG = uuid.uuid4().hex[:12]  # with the pid and a count: unique temp names without a uuid4 (a getrandom call) per write
 _TMP_COUNT = itertools.count()
-SYNCFS_FROM = 16  # keys: from more, sync() flushes the filesystem at once before its fsyncs
+SYNCFS_FROM = 16  # keys: from more, sync() is one syncfs instead of their fsyncs, where that suffices
 _NO_TMPFILE = {errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT, errno.EACCES, errno.EPERM, errno.EXDEV}
 
 
@@ -235,15 +235,15 @@ class LocalStorage(Storage):
         other (FUSE passes no syncfs to its daemon, a network filesystem may keep the data on its
         client) and for a few keys, an fsync of each object and of its directories."""
         paths = [self._path(key) for key in keys]
-        if len(paths) > SYNCFS_FROM:
+        if len(paths) > SYNCFS_FROM and _syncfs_suffices(self.root):
             fd = os.open(self.root, os.O_RDONLY)
             try:
                 syncfs = _syncfs()
-                if syncfs is not None and syncfs(fd) == 0 and _syncfs_suffices(self.root):
-                    return
-                os.sync()
+                if syncfs is None or syncfs(fd) != 0:
+                    os.sync()
             finally:
                 os.close(fd)
+            return
         try:
             with ThreadPoolExecutor(self.parallel_requests) as pool:  # a key gone meanwhile (a vacuum's delete) has nothing to keep
                 list(pool.map(functools.partial(_fsync, missing_ok=True), paths))
