@@ -27,7 +27,6 @@ from project import spread
 from published import published
 from run import OUT, ours_target_at, singer_file
 
-HERE = Path(__file__).resolve().parent
 GOAL = 1.05
 
 
