@@ -24,7 +24,7 @@ Python task (bench/streams.py). One markdown table: the best of --repeat and the
 of wall time and peak RSS, ratios to DuckDB's best, the issue's goals beside singerlake's rows
 (peak RSS: 1.5 GB = 1,431 MiB).
 
-Usage: python bench/project.py [--records 1000000,10000000] [--streams 300x200] [--repeat 3] [--landed DIR]
+Usage: python bench/project.py [--records 1000000,10000000] [--streams 300x200] [--repeat 3] [--landed DIR] [--peers singerlake,duckdb]
        python bench/project.py --peer duckdb|pyspark PLAN OUT   (one peer's run, invoked by the bench)
 """
 
@@ -175,6 +175,8 @@ def main() -> None:
     parser.add_argument("--records", type=lambda text: [int(n) for n in text.split(",") if n.strip()], default=[1_000_000])
     parser.add_argument("--streams", type=parse_shape, default="300x200", help="STREAMSxRECORDS, '' for none")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--peers", type=lambda text: [p for p in PEERS if p in text.split(",")], default=list(PEERS),
+                        help="which of singerlake,duckdb,pyspark run (all by default)")
     parser.add_argument("--landed", type=Path, help="keep the landed inputs in this folder, reuse them later (landing 10M: ~15 min)")
     parser.add_argument("--peer", nargs=3, metavar=("duckdb|pyspark", "PLAN", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -202,7 +204,7 @@ def main() -> None:
             inputs.append((first, None, landed, None))
         for round_ in range(args.repeat):
             for first, after, landed, change in inputs:
-                for peer in PEERS if round_ % 2 == 0 else PEERS[::-1]:
+                for peer in args.peers if round_ % 2 == 0 else args.peers[::-1]:
                     lake = streams.fresh_copy(landed, work / "lake")
                     cases.setdefault(first, {}).setdefault(peer, []).append(project(peer, lake, work))
                     if change:

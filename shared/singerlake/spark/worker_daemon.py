@@ -5,14 +5,29 @@ so every daemon and every worker it forks compiles pyspark's modules again: abou
 critical path of a short run's first job. On a local master the workers run this installation,
 so when the installed pyspark is the very package that zip came from, the daemon drops the zips
 and imports the installed modules with their cached bytecode. Anything else keeps Spark's path.
-The workers also give the memory Arrow frees back to the system at once.
+The workers also give the memory Arrow frees back to the system at once, and collect only their
+young objects between tasks (``YoungCollections``).
 """
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import sys
+
+
+class YoungCollections:
+    """The ``gc`` module as pyspark's daemon sees it: its full collection after each task of a reused worker
+    made a collection of the young generations. A full one walks every object of the worker (pyarrow's,
+    numpy's, pyspark's: 50-340 ms each, 164 tasks of a 10M projection spent 22 s in them, freeing
+    nothing); a task's cycles are among the young objects, and Python's own collections reach the old."""
+
+    def collect(self, generation: int = 1) -> int:
+        return gc.collect(min(generation, 1))
+
+    def __getattr__(self, name: str):
+        return getattr(gc, name)
 
 
 def _spark_zips() -> list[str]:
@@ -40,6 +55,7 @@ def main() -> None:
     sys.path[:] = [entry for entry in sys.path if entry not in zips]
     from pyspark import daemon
 
+    daemon.gc = YoungCollections()
     daemon.manager()
 
 
