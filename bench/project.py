@@ -175,8 +175,12 @@ def main() -> None:
     parser.add_argument("--records", type=lambda text: [int(n) for n in text.split(",") if n.strip()], default=[1_000_000])
     parser.add_argument("--streams", type=parse_shape, default="300x200", help="STREAMSxRECORDS, '' for none")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--peers", type=lambda text: [p for p in PEERS if p in text.split(",")], default=list(PEERS),
-                        help="which of singerlake,duckdb,pyspark run (all by default)")
+    parser.add_argument(
+        "--peers",
+        type=lambda text: [p for p in PEERS if p in text.split(",")],
+        default=list(PEERS),
+        help="which of singerlake,duckdb,pyspark run (all by default)",
+    )
     parser.add_argument("--landed", type=Path, help="keep the landed inputs in this folder, reuse them later (landing 10M: ~15 min)")
     parser.add_argument("--peer", nargs=3, metavar=("duckdb|pyspark", "PLAN", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
