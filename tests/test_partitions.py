@@ -222,7 +222,7 @@ def test_a_filter_on_a_partition_column_plans_only_its_partitions_files_in_singe
 
 @pytest.mark.parametrize(
     "exchange",
-    ["block files", "block files, each partition's blocks a task of their own", "shuffle"],
+    ["block files", "block files, each partition's blocks a task of their own, buckets cut by many", "shuffle"],
 )
 def test_a_large_partitioned_stream_starts_its_table_on_spark_tasks_as_one_task_would(local_lake, spark, monkeypatch, exchange):
     """Key buckets, then partitions (through files on this machine, Spark's shuffle on a cluster, as if
@@ -235,6 +235,7 @@ def test_a_large_partitioned_stream_starts_its_table_on_spark_tasks_as_one_task_
         monkeypatch.setattr(singerlake.tables.partitioned, "runs_elsewhere", lambda session: True)
     elif exchange.endswith("of their own"):  # a partition of more bytes than a task holds: split among tasks
         monkeypatch.setattr(singerlake.tables.partitioned, "PARTITION_TASK_BYTES", 1)
+        monkeypatch.setattr(singerlake.tables.partitioned, "KEY_TASK_BYTES", 1)  # and key buckets cut by many tasks
     orders = [order(i, 1 + i % 4) for i in range(1, 61)]
     orders += [order(7, 9, "moved"), order(8, 8) | {"_sdc_deleted_at": "2026-03-10T00:00:00Z"}, order(7, 6, "moved again")]
     land_orders(local_lake, orders)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import functools
 import os
+import pickle
 import uuid
 import zlib
 from collections.abc import Iterable, Iterator
@@ -129,6 +130,23 @@ def file_groups(refs: dict[int, list[dict]]) -> Iterator[tuple[int, Any, Any]]:
                 data = file.read_buffer(ref["rows"] + ref["typed"])  # an Arrow buffer: sliced below without a copy
             blocks.append((from_block(data.slice(0, ref["rows"])), from_block(data.slice(ref["rows"])) if ref["typed"] else None))
         yield bucket, *joined(blocks)
+
+
+def filed_tasks(directory: str, tasks: list[dict[int, list[dict]]]) -> list[str]:
+    """Each task's block refs in a file of its own in the run's block directory, for ``task_refs``: a task's
+    closure then carries one path, not every task's refs (Spark unpickles the closure in each task)."""
+    paths = []
+    for refs in tasks:
+        paths.append(os.path.join(directory, f"task-{uuid.uuid4().hex}.pickle"))
+        with open(paths[-1], "wb") as out:
+            pickle.dump(refs, out)
+    return paths
+
+
+def task_refs(path: str) -> dict[int, list[dict]]:
+    """The block refs ``filed_tasks`` filed for one task (a file of this run, written by its driver)."""
+    with open(path, "rb") as file:
+        return pickle.load(file)
 
 
 PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE (Linux)

@@ -207,7 +207,7 @@ def _run_job(spark, storage: Storage, item: dict, plan: StreamPlan, layout: Layo
     scratch = (spark.conf.get("spark.local.dir", None) or "").split(",")[0] or None  # where Spark's shuffle files would go
     with tempfile.TemporaryDirectory(prefix="singerlake-blocks-", dir=scratch) as directory:
         refs = blocks_frame(spark, storage, item, plan, layout, functools.partial(blocks.write_block_file, directory), blocks.BLOCK_REFS)
-        tasks = blocks.spread(collected_refs(spark, refs), layout.write_tasks)
+        tasks = blocks.filed_tasks(directory, blocks.spread(collected_refs(spark, refs), layout.write_tasks))
         write = functools.partial(_write_filed, storage, item, threads, tasks)
         return collect_parts(spark, spark.range(len(tasks), numPartitions=max(1, len(tasks))).mapInArrow(write, "part string"))
 
@@ -233,12 +233,13 @@ def _write_shuffled(storage: Storage, item: dict, threads: int, batches: Iterato
     return _write_buckets(storage, item, threads, blocks.shuffled_groups(batches))
 
 
-def _write_filed(storage: Storage, item: dict, threads: int, tasks: list[dict], batches: Iterator[Any]) -> Iterator[Any]:
-    """Executor side: the new parts of the buckets dealt to the numbered tasks, their blocks read from block files."""
+def _write_filed(storage: Storage, item: dict, threads: int, tasks: list[str], batches: Iterator[Any]) -> Iterator[Any]:
+    """Executor side: the new parts of the buckets dealt to the numbered tasks (``blocks.filed_tasks``), read from block files."""
     for batch in batches:
         for task in batch.column("id").to_pylist():
-            yield from _write_buckets(storage, item, threads, blocks.file_groups(tasks[task]))
-            blocks.release(tasks[task])
+            refs = blocks.task_refs(tasks[task])
+            yield from _write_buckets(storage, item, threads, blocks.file_groups(refs))
+            blocks.release(refs)
 
 
 def collected_refs(spark, refs) -> dict[int, list[dict]]:

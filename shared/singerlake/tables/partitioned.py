@@ -6,6 +6,7 @@ which writes them as parts of one partition each, as the one-task path (``small`
 from __future__ import annotations
 
 import functools
+import math
 import tempfile
 import zlib
 from collections.abc import Iterator
@@ -24,6 +25,9 @@ from singerlake.tables.plan import StreamPlan, schema_text
 # The most block bytes (uncompressed Arrow: rows and typed rows) one write task holds of a partition:
 # a larger partition goes to several tasks, each writing its own parts of it.
 PARTITION_TASK_BYTES = 256 << 20
+# The most block bytes a task cutting key buckets by partition takes: it holds their current rows and
+# cuts them once (two to three copies at its peak), so the blocks it hands on are few.
+KEY_TASK_BYTES = 128 << 20
 
 
 def starts_table(plan: StreamPlan) -> bool:
@@ -52,17 +56,21 @@ PARTITION = "_partition"  # a column of the rows on their way to their partition
 
 
 def current_by_partition(item: dict, groups: Iterator[tuple]) -> Iterator[tuple[int, Any, Any]]:
-    """Executor side: each key bucket's current rows (deletes applied), cut by partition, as ``(partition
-    number, rows, typed)``, the rows carrying their partition (``PARTITION``)."""
+    """Executor side: the current rows (deletes applied) of the key buckets ``groups`` gives, cut by partition
+    once for them all, as ``(partition number, rows, typed)``, the rows carrying their partition (``PARTITION``):
+    a task holding many buckets hands on one block per partition, not one per bucket and partition."""
     import pyarrow as pa
 
-    for _, rows, typed in groups:
-        current, current_rows = current_typed(rows, typed, True, item["activations"], item["hard"])
-        if current.num_rows:
-            for partition, held, held_typed in partitions.split(current, current_rows, item["partitioning"], item["kinds"]):
-                text = json_text(partition)
-                held = held.append_column(PARTITION, pa.array([text] * held.num_rows, pa.string()))
-                yield partition_id(text), held, held_typed
+    current = [current_typed(rows, typed, True, item["activations"], item["hard"]) for _, rows, typed in groups]
+    current = [(rows, typed) for rows, typed in current if rows.num_rows]
+    if not current:
+        return
+    typed = [typed for _, typed in current]
+    rows, typed = pa.concat_tables([rows for rows, _ in current]), None if None in typed else pa.concat_tables(typed)
+    current.clear()
+    for partition, held, held_typed in partitions.split(rows, typed, item["partitioning"], item["kinds"]):
+        text = json_text(partition)
+        yield partition_id(text), held.append_column(PARTITION, pa.repeat(pa.scalar(text), held.num_rows)), held_typed
 
 
 def write_partitions(storage: Storage, item: dict, groups: Iterator[tuple]) -> Iterator[Any]:
@@ -98,26 +106,25 @@ def by_partition(rows, typed) -> list[tuple[dict, Any, Any]]:
 
 
 def _filed_job(spark, storage: Storage, item: dict, plan: StreamPlan, layout: Layout) -> list[dict]:
-    """Executors of this machine: both exchanges through block files."""
+    """Executors of this machine: both exchanges through block files. The key buckets go to as few tasks as
+    hold ``KEY_TASK_BYTES`` each (each hands on a block per partition); the partitions to write tasks."""
     scratch = (spark.conf.get("spark.local.dir", None) or "").split(",")[0] or None
     with tempfile.TemporaryDirectory(prefix="singerlake-blocks-", dir=scratch) as directory:
         to_files = functools.partial(blocks.write_block_file, directory)
         refs = blocks_frame(spark, storage, item, plan, layout, to_files, blocks.BLOCK_REFS)
-        by_key = _dealt(spark, refs, layout.write_tasks)
-        cut = functools.partial(_cut_filed, item, directory, by_key)
-        refiled = spark.range(len(by_key), numPartitions=max(1, len(by_key))).mapInArrow(cut, blocks.BLOCK_REFS)
-        tasks = _dealt(spark, refiled, layout.write_tasks, PARTITION_TASK_BYTES)
+        by_key = collected_refs(spark, refs)
+        cut_tasks = min(layout.write_tasks, math.ceil(sum(_bytes(refs) for refs in by_key.values()) / KEY_TASK_BYTES))
+        by_key_tasks = blocks.filed_tasks(directory, blocks.spread(by_key, max(1, cut_tasks)))
+        cut = functools.partial(_cut_filed, item, directory, by_key_tasks)
+        refiled = spark.range(len(by_key_tasks), numPartitions=max(1, len(by_key_tasks))).mapInArrow(cut, blocks.BLOCK_REFS)
+        by_partition = _split_large(collected_refs(spark, refiled), PARTITION_TASK_BYTES)
+        tasks = blocks.filed_tasks(directory, blocks.spread(by_partition, layout.write_tasks))
         write = functools.partial(_write_filed, storage, item, tasks)
         return collect_parts(spark, spark.range(len(tasks), numPartitions=max(1, len(tasks))).mapInArrow(write, "part string"))
 
 
-def _dealt(spark, refs, tasks: int, most_bytes: int | None = None) -> list[dict]:
-    """The blocks ``refs`` (a frame of ``BLOCK_REFS``) by their number, dealt to at most ``tasks`` tasks;
-    with ``most_bytes``, a number's blocks of more bytes than that are split among several groups."""
-    grouped = collected_refs(spark, refs)
-    if most_bytes is not None:
-        grouped = _split_large(grouped, most_bytes)
-    return blocks.spread(grouped, tasks)
+def _bytes(refs: list[dict]) -> int:
+    return sum(ref["rows"] + ref["typed"] for ref in refs)
 
 
 def _split_large(grouped: dict[int, list[dict]], most_bytes: int) -> dict[int, list[dict]]:
@@ -135,20 +142,22 @@ def _split_large(grouped: dict[int, list[dict]], most_bytes: int) -> dict[int, l
     return split
 
 
-def _cut_filed(item: dict, directory: str, tasks: list[dict], batches: Iterator[Any]) -> Iterator[Any]:
-    """Executor side: the key buckets dealt to the numbered tasks, their current rows filed again by partition."""
+def _cut_filed(item: dict, directory: str, tasks: list[str], batches: Iterator[Any]) -> Iterator[Any]:
+    """Executor side: the key buckets dealt to the numbered tasks (``blocks.filed_tasks``), their current rows filed again by partition."""
     for batch in batches:
         for task in batch.column("id").to_pylist():
-            yield from blocks.write_block_file(directory, current_by_partition(item, blocks.file_groups(tasks[task])))
-            blocks.release(tasks[task])
+            refs = blocks.task_refs(tasks[task])
+            yield from blocks.write_block_file(directory, current_by_partition(item, blocks.file_groups(refs)))
+            blocks.release(refs)
 
 
-def _write_filed(storage: Storage, item: dict, tasks: list[dict], batches: Iterator[Any]) -> Iterator[Any]:
-    """Executor side: the partitions dealt to the numbered tasks, written as parts."""
+def _write_filed(storage: Storage, item: dict, tasks: list[str], batches: Iterator[Any]) -> Iterator[Any]:
+    """Executor side: the partitions dealt to the numbered tasks (``blocks.filed_tasks``), written as parts."""
     for batch in batches:
         for task in batch.column("id").to_pylist():
-            yield from write_partitions(storage, item, blocks.file_groups(tasks[task]))
-            blocks.release(tasks[task])
+            refs = blocks.task_refs(tasks[task])
+            yield from write_partitions(storage, item, blocks.file_groups(refs))
+            blocks.release(refs)
 
 
 def _shuffled_job(spark, storage: Storage, item: dict, plan: StreamPlan, layout: Layout) -> list[dict]:
