@@ -26,8 +26,8 @@ from singerlake.tables.plan import StreamPlan, schema_text
 # a larger partition goes to several tasks, each writing its own parts of it.
 PARTITION_TASK_BYTES = 256 << 20
 # The most block bytes a task cutting key buckets by partition takes: it holds their current rows and
-# cuts them once (two to three copies at its peak), so the blocks it hands on are few.
-KEY_TASK_BYTES = 128 << 20
+# cuts them once (three copies at its peak), so the blocks it hands on are few.
+KEY_TASK_BYTES = 64 << 20
 
 
 def starts_table(plan: StreamPlan) -> bool:
@@ -68,7 +68,9 @@ def current_by_partition(item: dict, groups: Iterator[tuple]) -> Iterator[tuple[
     typed = [typed for _, typed in current]
     rows, typed = pa.concat_tables([rows for rows, _ in current]), None if None in typed else pa.concat_tables(typed)
     current.clear()
-    for partition, held, held_typed in partitions.split(rows, typed, item["partitioning"], item["kinds"]):
+    pieces = partitions.split(rows, typed, item["partitioning"], item["kinds"])
+    del rows, typed  # the pieces are slices of one copy, cut by partition: the rows they came from go now
+    for partition, held, held_typed in pieces:
         text = json_text(partition)
         yield partition_id(text), held.append_column(PARTITION, pa.repeat(pa.scalar(text), held.num_rows)), held_typed
 
