@@ -199,6 +199,11 @@ def joined(blocks: list[tuple[Any, Any]]) -> tuple[Any, Any]:
     return pa.concat_tables([rows for rows, _ in blocks]), None if None in typed else pa.concat_tables(typed)
 
 
+def block_bytes(refs: list[dict]) -> int:
+    """The bytes of the blocks ``refs`` names (rows and typed rows)."""
+    return sum(ref["rows"] + ref["typed"] for ref in refs)
+
+
 def by_bucket(refs: list[dict]) -> dict[int, list[dict]]:
     grouped: dict[int, list[dict]] = collections.defaultdict(list)
     for ref in refs:
@@ -208,7 +213,7 @@ def by_bucket(refs: list[dict]) -> dict[int, list[dict]]:
 
 def spread(refs: dict[int, list[dict]], tasks: int) -> list[dict[int, list[dict]]]:
     """The buckets of ``refs`` dealt to at most ``tasks`` tasks, the largest first to the least loaded (bytes)."""
-    size = {bucket: sum(ref["rows"] + ref["typed"] for ref in blocks) for bucket, blocks in refs.items()}
+    size = {bucket: block_bytes(blocks) for bucket, blocks in refs.items()}
     loads = [(0, task, {}) for task in range(min(tasks, len(refs)))]
     for bucket in sorted(size, key=lambda bucket: (-size[bucket], bucket)):
         load, task, given = min(loads)

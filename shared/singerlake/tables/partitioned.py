@@ -115,7 +115,7 @@ def _filed_job(spark, storage: Storage, item: dict, plan: StreamPlan, layout: La
         to_files = functools.partial(blocks.write_block_file, directory)
         refs = blocks_frame(spark, storage, item, plan, layout, to_files, blocks.BLOCK_REFS)
         by_key = collected_refs(spark, refs)
-        cut_tasks = min(layout.write_tasks, math.ceil(sum(_bytes(refs) for refs in by_key.values()) / KEY_TASK_BYTES))
+        cut_tasks = min(layout.write_tasks, math.ceil(sum(map(blocks.block_bytes, by_key.values())) / KEY_TASK_BYTES))
         by_key_tasks = blocks.filed_tasks(directory, blocks.spread(by_key, max(1, cut_tasks)))
         cut = functools.partial(_cut_filed, item, directory, by_key_tasks)
         refiled = spark.range(len(by_key_tasks), numPartitions=max(1, len(by_key_tasks))).mapInArrow(cut, blocks.BLOCK_REFS)
@@ -123,10 +123,6 @@ def _filed_job(spark, storage: Storage, item: dict, plan: StreamPlan, layout: La
         tasks = blocks.filed_tasks(directory, blocks.spread(by_partition, layout.write_tasks))
         write = functools.partial(_write_filed, storage, item, tasks)
         return collect_parts(spark, spark.range(len(tasks), numPartitions=max(1, len(tasks))).mapInArrow(write, "part string"))
-
-
-def _bytes(refs: list[dict]) -> int:
-    return sum(ref["rows"] + ref["typed"] for ref in refs)
 
 
 def _split_large(grouped: dict[int, list[dict]], most_bytes: int) -> dict[int, list[dict]]:
