@@ -31,6 +31,7 @@ from singerlake.landing.errors import RootUnusable, Terminated
 from singerlake.landing.lander import Lander, LandingSettings
 from singerlake.landing.spark_write import warm_up
 from singerlake.settings import LAKE_LOCATION, invalid_settings, lake_root, storage_options
+from singerlake.spark import warm
 from singerlake.spark.errors import SparkStartError
 from singerlake.spark.java import ensure_java
 from singerlake.spark.masters import resolve_master, runs_on_this_machine
@@ -135,6 +136,11 @@ class TargetSingerlake(Target):
             "spark_remote", th.StringType, "Spark Connect URL (sc://host:port; default $SPARK_REMOTE); replaces spark_master when set."
         ),
         _setting(
+            "spark_warm",
+            th.BooleanType,
+            "Run on this machine's warm Spark (a local Spark Connect server kept running between runs; default $SINGERLAKE_SPARK_WARM).",
+        ),
+        _setting(
             "lake_root_shared",
             th.BooleanType,
             "A local lake_root that every Spark executor mounts at the same path (e.g. NFS): needed to use one with a cluster.",
@@ -217,11 +223,14 @@ class TargetSingerlake(Target):
     def _start_spark(self) -> SparkStarter:
         conf = conf_of_setting(self.config.get("spark_conf"))
         master, remote = self._spark_place()
+        warm.wanted(self.config.get("spark_warm"))  # a bad value: say so now, in one line
         if remote is None:
             ensure_java()  # no Java: say so now, before any input is read or any stream is registered
 
         def start():
-            return spark_session(master=master, app_name=f"target-singerlake {self._tap_id()}", conf=conf, remote=remote)
+            return spark_session(
+                master=master, app_name=f"target-singerlake {self._tap_id()}", conf=conf, remote=remote, warm=self.config.get("spark_warm")
+            )
 
         starter = SparkStarter(start, warm_up)
         # User settings or someone else's cluster (executors checked): fail before reading any input.

@@ -36,6 +36,7 @@ from singerlake.cli.jobs import (
     cmd_verify,
 )
 from singerlake.cli.output import output_for
+from singerlake.cli.spark import add_spark_command
 from singerlake.errors import BadArgument, ConfigError, run_command
 from singerlake.times import BEFORE_NOW
 
@@ -138,6 +139,7 @@ def parser() -> argparse.ArgumentParser:
     docs.add_argument("--verify", action="store_true", help="add each stream's `singerlake verify` findings (hashes on Spark)")
     docs.add_argument("--no-hashes", action="store_true", help="with --verify: compare metadata with listings only, without Spark")
     add_files_commands(command)
+    add_spark_command(sub)
     return main_parser
 
 

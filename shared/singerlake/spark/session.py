@@ -71,20 +71,32 @@ def spark_session(
     app_name: str = "singerlake",
     conf: dict[str, Any] | None = None,
     remote: str | None = None,
+    warm: Any = None,
 ):
     """A SparkSession for ``master`` (or a Spark Connect ``remote``), with ``conf`` applied last.
 
+    ``warm`` (the ``spark_warm`` setting; None: ``$SINGERLAKE_SPARK_WARM``): a local master's session is
+    one of the machine's warm Spark Connect server (``singerlake.spark.warm``), started if need be.
     On anything but a local master the core is shipped to the executors, which are then checked
     for the libraries it needs (one small job), so a missing one fails here, before any work.
     """
     import_pyspark()
     from pyspark.sql import SparkSession
 
+    from singerlake.spark import warm as warm_spark
+
     master, remote = resolve_master(master, remote)
+    on_warm = warm_spark.applies(master, remote) and warm_spark.wanted(warm)
+    if on_warm:
+        remote = warm_spark.start_or_fall_back(master, conf)
+        # The run's server-side session (its Python workers) ends with the run, not an hour later.
+        os.environ.setdefault("SPARK_CONNECT_RELEASE_SESSION_ON_EXIT", "true")
     builder = SparkSession.builder.appName(app_name)
     if remote:
-        session = builder.remote(remote).getOrCreate()
-        _configure_connect(session, conf)
+        from singerlake.spark.executors import attach
+
+        session = attach(remote)
+        _configure_connect(session, conf, server_defaults=bool(on_warm))
     else:
         options = driver_options(master, conf)
         for key, value in options.items():
@@ -98,15 +110,20 @@ def spark_session(
     return session
 
 
-def _configure_connect(session, conf: dict[str, Any] | None) -> None:
-    """Apply our defaults and the user's conf to a Connect session, as far as the server allows."""
+def _configure_connect(session, conf: dict[str, Any] | None, server_defaults: bool = False) -> None:
+    """Apply our defaults and the user's conf to a Connect session, as far as the server allows.
+
+    A session cloned from the server's template has our defaults already. ``server_defaults``: the
+    warm server, whose settings (the user's too) were seeded when it started, so a refusal is no error.
+    """
     from pyspark.errors import PySparkException
 
-    for key, value in {**SESSION_DEFAULTS, **{k: str(v) for k, v in (conf or {}).items()}}.items():
+    defaults = {} if getattr(session, "_singerlake_core", None) else SESSION_DEFAULTS
+    for key, value in {**defaults, **{k: str(v) for k, v in (conf or {}).items()}}.items():
         try:
             session.conf.set(key, value)
         except PySparkException as exc:  # static or server-side settings cannot change per session
-            if key in (conf or {}):
+            if key in (conf or {}) and not server_defaults:
                 raise ConfigError(f"Spark Connect server refused setting {key}: {str(exc).splitlines()[0]}") from None
             log.debug("Connect server keeps its own %s", key)
 
