@@ -37,7 +37,7 @@ def cli_page() -> str:
     lines = [
         "# `singerlake` command reference",
         "",
-        "Generated from the command's own parser. Every command takes the lake root first; `singerlake COMMAND --help`",
+        "Generated from the command's own parser. Every command but `spark` takes the lake root first; `singerlake COMMAND --help`",
         "prints the same. Exit codes: 0 success, 1 some streams or files failed (the others finished) or `verify`",
         "found problems, 2 a usage or configuration error (one line on stderr; `--debug` adds the traceback).",
         "",

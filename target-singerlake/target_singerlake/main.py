@@ -40,6 +40,9 @@ def local_master_from_argv(argv: list[str]) -> str | None:
             return None
         config.update(loaded)
     master = config.get("spark_master") or "local[*]"
+    warm = config.get("spark_warm", os.environ.get("SINGERLAKE_SPARK_WARM", ""))
+    if str(warm).lower() in ("1", "true", "yes", "on"):  # the machine's warm Spark runs it: no JVM of this run's own
+        return None
     if config.get("spark_remote") or config.get("spark_conf") or not isinstance(master, str) or not master.startswith("local"):
         return None
     return master

@@ -142,7 +142,9 @@ def _start_watcher() -> None:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return
-    idle_minutes()  # a bad setting is the user's error now, not a watcher dying unseen
+        # A bad setting is the user's error now, not a watcher dying unseen; status shows the limit at once.
+        lock.truncate(0)
+        lock.write(f"{idle_minutes():g}")
     subprocess.Popen(
         [sys.executable, "-m", "singerlake.spark.warm", "watch"],
         stdin=subprocess.DEVNULL,
@@ -197,13 +199,14 @@ def idle_seconds(folder: Path) -> float:
 def watched_minutes(folder: Path) -> float | None:
     """The idle time after which the running watcher stops the server; None when no watcher runs."""
     with open(folder / "singerlake-watcher.lock", "a+") as lock:
+        lock.seek(0)
+        text = lock.read().split()  # "minutes" from the start, "minutes pid" once the watcher runs
         try:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return None
+            running = len(text) == 1  # free: a watcher still starting, or none any more
         except BlockingIOError:
-            lock.seek(0)
-            text = lock.read().split()
-    return float(text[0]) if text else None
+            running = True
+    return float(text[0]) if text and running else None
 
 
 def status() -> dict | None:
