@@ -27,6 +27,7 @@ from typing import Any
 from singerlake.errors import ConfigError
 from singerlake.spark.errors import SparkError, SparkStartError
 from singerlake.spark.masters import is_in_process_master
+from singerlake.spark.worker_daemon import IDLE_EXIT_ENV
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,8 @@ IDLE_ENV = "SINGERLAKE_SPARK_IDLE_MINUTES"
 DEFAULT_IDLE_MINUTES = 30.0
 # pyspark waits 120 s for a server to listen; a small run that waits that long gains nothing over a cold start.
 READY_TIMEOUT_S = 60
+# Spark keeps a Python worker daemon per session, never stopped: on the server, one ends itself when idle.
+WORKER_IDLE_EXIT_S = 60
 TRUE, FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 _client_lock = None  # the shared lock this process holds while it may use the server
@@ -94,12 +97,15 @@ def remote_url(master: str, conf: dict[str, Any] | None = None) -> str:
             return server.reuse_or_start(master, {})
     options = driver_options(master, conf)  # also: Java found, PYSPARK_PYTHON this interpreter (the server inherits our env)
     local_server.ServerLauncher._READY_TIMEOUT = READY_TIMEOUT_S
+    os.environ[IDLE_EXIT_ENV] = str(WORKER_IDLE_EXIT_S)  # the server's Python worker daemons inherit it, not this run's
     try:
         url = local_server.reuse_or_start_local_connect_server(master, options)
     except PySparkException as exc:
         raise SparkStartError((exc.getMessageParameters() or {}).get("reason") or str(exc).splitlines()[0]) from None
     except subprocess.TimeoutExpired:
         raise SparkStartError("start-connect-server.sh did not return within 120 s") from None
+    finally:
+        os.environ.pop(IDLE_EXIT_ENV, None)
     _start_watcher()
     return url
 

@@ -15,6 +15,10 @@ import gc
 import importlib.util
 import os
 import sys
+import threading
+import time
+
+IDLE_EXIT_ENV = "SINGERLAKE_WORKER_IDLE_EXIT_S"
 
 
 class YoungCollections:
@@ -56,7 +60,28 @@ def main() -> None:
     from pyspark import daemon
 
     daemon.gc = YoungCollections()
+    if os.environ.get(IDLE_EXIT_ENV):
+        threading.Thread(target=_exit_when_idle, args=(float(os.environ[IDLE_EXIT_ENV]),), daemon=True).start()
     daemon.manager()
+
+
+def _exit_when_idle(seconds: float) -> None:
+    """On the warm Spark server each session gets a daemon of its own, which Spark never stops when the
+    session ends: without a worker for ``seconds`` (Spark ends idle workers after a minute), it ends
+    itself. Should its session still want one, Spark starts the daemon again."""
+    children = f"/proc/{os.getpid()}/task/{os.getpid()}/children"  # the workers, forked by the main thread
+    idle_since = time.monotonic()
+    while True:
+        time.sleep(min(10.0, seconds / 2))
+        try:
+            with open(children) as listed:
+                busy = bool(listed.read().strip())
+        except OSError:  # not Linux: keep running, as pyspark's daemon does
+            return
+        if busy:
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since >= seconds:
+            os._exit(0)
 
 
 if __name__ == "__main__":
