@@ -75,11 +75,12 @@ def kinds(requests) -> Counter:
 
 
 def named(requests) -> Counter:
-    """(kind, what) of each request: the lake's key with the root's prefix cut, data files as "data"."""
+    """(kind, what) of each request: the lake's key with the root's prefix cut, data files as "data", the
+    tap's change markers (SPEC.md §16) as "marker"."""
     found = Counter()
     for request in requests:
         key = request.key.split("some/prefix/", 1)[-1]
-        found[request.kind, "data" if key.endswith(".singer.gz") else key] += 1
+        found[request.kind, "data" if key.endswith(".singer.gz") else "marker" if key.startswith(f"changes/{TAP}/") else key] += 1
     return found
 
 
@@ -109,9 +110,10 @@ def test_a_cold_run_a_warm_run_and_further_batches_keep_the_budget(root):
         ("GET", "raw/singerlake.json"): 1,  # a new tap: read (404), rebuilt from a listing of raw/, written
         ("LIST", "raw/"): 1,
         ("PUT", "raw/singerlake.json"): 1,
+        ("PUT", "marker"): 1,  # the batch's streams named before its STATE
         ("DELETE", LOCK): 1,
     }, named(cold)
-    assert kinds(cold) == {"HEAD": 1, "PUT": 6, "DELETE": 1, "GET": 3, "LIST": 3}
+    assert kinds(cold) == {"HEAD": 1, "PUT": 7, "DELETE": 1, "GET": 3, "LIST": 3}
 
     warm, marks, states = run(root, batches(4, [3]), rows=100)  # the input ends before the batch is full: one commit
     assert states == ['{"batch": 1, "last": 6}']
@@ -120,20 +122,29 @@ def test_a_cold_run_a_warm_run_and_further_batches_keep_the_budget(root):
         ("PUT", "data"): 1,  # from an executor
         ("HEAD", LOCK): 1,  # the run's only commit goes without the lock while none exists (404)
         ("PUT", PATHS.manifest): 1,  # the commit, If-Match the ETag read
+        ("PUT", "marker"): 1,
     }, named(warm)
-    assert kinds(warm) == {"PUT": 2, "GET": 1, "HEAD": 1}, "the warm stream's budget: <= 3 PUT, <= 1 GET, 0 LIST"
+    assert kinds(warm) == {"PUT": 3, "GET": 1, "HEAD": 1}, "the warm stream's budget: <= 3 PUT, <= 1 GET, 0 LIST"
     assert [r.status for r in warm if r.kind == "HEAD" and r.key.endswith(LOCK)] == [404]
     assert refused(warm) == []
 
     cut, marks, states = run(root, batches(4, [3]), rows=3)  # cut by its size, not knowing that nothing follows
-    assert named(cut) == {("GET", PATHS.manifest): 1, ("PUT", LOCK): 1, ("PUT", "data"): 1, ("PUT", PATHS.manifest): 1, ("DELETE", LOCK): 1}
+    assert named(cut) == {
+        ("GET", PATHS.manifest): 1,
+        ("PUT", LOCK): 1,
+        ("PUT", "data"): 1,
+        ("PUT", PATHS.manifest): 1,
+        ("PUT", "marker"): 1,
+        ("DELETE", LOCK): 1,
+    }
 
     several, marks, states = run(root, batches(7, [3, 3, 3]), rows=3)  # the first batch takes the lock
     assert len(states) == 3 and len(marks) == 3
     for n, (begin, end) in enumerate([(marks[0], marks[1]), (marks[1], marks[2])], start=2):
         further = several[begin:end]
-        assert named(further) == {("PUT", "data"): 1, ("PUT", PATHS.manifest): 1}, f"batch {n}: {named(further)}"
-    assert named(several[: marks[0]]) == {("GET", PATHS.manifest): 1, ("PUT", LOCK): 1, ("PUT", "data"): 1, ("PUT", PATHS.manifest): 1}
+        assert named(further) == {("PUT", "data"): 1, ("PUT", PATHS.manifest): 1, ("PUT", "marker"): 1}, f"batch {n}: {named(further)}"
+    first = {("GET", PATHS.manifest): 1, ("PUT", LOCK): 1, ("PUT", "data"): 1, ("PUT", PATHS.manifest): 1, ("PUT", "marker"): 1}
+    assert named(several[: marks[0]]) == first
     assert named(several[marks[2] :]) == {("DELETE", LOCK): 1}, "the end of the run: the lock's release"
 
     lake = direct(root)
@@ -155,6 +166,7 @@ def test_a_warm_full_table_sync_adds_one_conditional_write_per_activate_version(
         ("PUT", LOCK): 1,
         ("PUT", "data"): 1,
         ("PUT", PATHS.manifest): 2,  # the activation, then the records
+        ("PUT", "marker"): 1,
         ("DELETE", LOCK): 1,
     }, named(warm)
     manifest = direct(root).manifest(TAP, STREAM)

@@ -696,9 +696,10 @@ def test_hostile_stream_and_tap_names_stay_under_the_root(lake):
 
     everything = lake.everything()
     assert everything
-    inside = f"{lake.root_prefix()}raw/"
+    inside = (f"{lake.root_prefix()}raw/", f"{lake.root_prefix()}changes/")  # the data, and the tap's change log
     assert all(key.startswith(inside) and ".." not in key.split("/") for key in everything), everything
     assert lake.storage.list_dirs("raw/") == ["~2e~2e~2fup"]
+    assert lake.storage.list_dirs("changes/") == ["~2e~2e~2fup"]
     assert set(lake.storage.list_dirs("raw/~2e~2e~2fup/")) == {"~2e~2e~2f~2e~2e~2fetc", "a~2fb", "~2e~2e", "~2fabs", "~43~3a~5cwin"}
     reader = Lake.open(lake.config["lake_root"], **({} if lake.kind == "local" else _reader_options(lake.config)))
     assert reader.taps() == [tap]

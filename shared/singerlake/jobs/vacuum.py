@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from singerlake import changes
 from singerlake.commits.commit import update_manifest
 from singerlake.commits.errors import LockTimeout
 from singerlake.commits.lock import Lock, looks_stale, read_lock
@@ -182,9 +183,18 @@ def vacuum(
         for stream in lake.listed_streams(tap_id):
             found += vacuum_stream(lake, lake.paths(tap_id, stream), retention_s, apply, now)
             found += vacuum_projection(lake, tap_id, stream, retention_s, apply, now, catalog, notes)
+        found += vacuum_changes(lake.storage, tap_id, now - max(retention_s * 1000, changes.KEEP_MS), apply)
     cutoff = now - retention_s * 1000
     found += [Deletion(path, reason, size) for path, reason, size in vacuum_files(lake.storage, cutoff, apply, notes)]
     return found
+
+
+def vacuum_changes(storage: Storage, tap_id: str, cutoff: float, apply: bool) -> list[Deletion]:
+    """The tap's change markers older than the retention and than 2 days (SPEC.md §16): no reader needs them."""
+    old = changes.old_markers(storage, tap_id, int(cutoff))
+    for info in old if apply else []:
+        storage.delete(info.key)
+    return [Deletion(info.key, "change marker older than the retention", info.size) for info in old]
 
 
 def vacuum_projection(

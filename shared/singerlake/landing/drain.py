@@ -26,6 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
+from singerlake.changes import write_marker
 from singerlake.commits.commit import update_manifest
 from singerlake.commits.errors import LockNeeded
 from singerlake.format import catalogue as cat
@@ -69,6 +70,7 @@ class Drain:
         self._published: dict[str, dict] = {}
         self._unpublished: dict[str, dict] = {}  # committed entries not written yet: their locks wait for them
         self._latest: dict[str, Manifest] = {}  # per stream, the manifest as this run last read or wrote it
+        self._unmarked: set[str] = set()  # streams committed since the run's last change marker (SPEC.md §16)
         self._metadata = threading.Lock()
         # singerlake.json: written when this run may have a new tap (it created a stream's manifest), has
         # annotations to record, or took a lock over; else never read.
@@ -119,7 +121,11 @@ class Drain:
     def close(self) -> None:
         """Release every lock, side by side (also after a failure: uncommitted files stay invisible), but
         those of streams whose catalogue entry could not be written: left to go stale, so that the next
-        writer takes them over and writes it (SPEC.md §9)."""
+        writer takes them over and writes it (SPEC.md §9). Commits no STATE covered get their change marker."""
+        try:
+            self._mark()
+        except Exception as exc:  # no STATE depends on it: a tap that resends those records marks them again
+            log.warning("could not write the change marker of %s: %s", self.settings.tap_id, exc)
         wait(self.writers.values())  # a writer still taking its lock is released once it has it
         opened = [future.result() for future in self.writers.values() if future.exception() is None]
         kept = [writer for writer in opened if writer.stream in self._unpublished]
@@ -171,11 +177,16 @@ class Drain:
             self._pool.submit(self._commit_stream, stream, items, files_of, job.final) for stream, items in job.batch.streams.items()
         ]
         wait(commits)
+        failed = any(future.exception() is not None for future in commits)
         try:
             self._publish()  # what did commit, also when another stream's commit failed
         finally:
-            for future in commits:
-                future.result()  # the first failure fails the batch (after every stream's commit has ended)
+            try:
+                if job.state is not None or job.final or failed:
+                    self._mark()  # before the STATE: every commit it covers is named (SPEC.md §16)
+            finally:
+                for future in commits:
+                    future.result()  # the first failure fails the batch (after every stream's commit has ended)
         if job.final:
             self._release(job.batch.streams)  # those whose entries had to be written first
         if job.state is not None:
@@ -353,6 +364,7 @@ class Drain:
                 manifest = self._record_activation(stream, item, last)
             with self._metadata:
                 self._remember(stream, manifest)
+                self._unmarked.add(stream)
         if manifest is not None and manifest.versions:
             entry = cat.catalog_entry(manifest, self.lake.paths(manifest.tap_id, manifest.stream).stream_dir)
             with self._metadata:
@@ -385,6 +397,19 @@ class Drain:
 
         paths = self.lake.paths(self.settings.tap_id, stream)
         return update_manifest(self.lake.storage, paths, change, seed=lambda: scan_stream(self.lake.storage, paths), last=last)
+
+    def _mark(self) -> None:
+        """The change marker naming the streams committed since the last one (SPEC.md §16)."""
+        with self._metadata:
+            streams, self._unmarked = self._unmarked, set()
+        if not streams:
+            return
+        try:
+            write_marker(self.lake.storage, self.settings.tap_id, streams)
+        except BaseException:
+            with self._metadata:
+                self._unmarked |= streams
+            raise
 
     def _publish(self) -> None:
         """The catalogue entries this run's commits changed, in one update; ``singerlake.json`` when due."""

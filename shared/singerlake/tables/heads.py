@@ -2,7 +2,8 @@
 committed it, one document per tap, so a run plans from the newest log entry without listing the log.
 
 A hint, never trusted for safety: a commit of the next version is create-only, and a stream planned from
-a stale head is planned again from the log.
+a stale head is planned again from the log. The heads also keep project's place in each tap's change log
+(SPEC.md §16).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 
+from singerlake.changes import Place
 from singerlake.commits.commit import compare_and_swap
 from singerlake.format.manifest import SPEC_VERSION
 from singerlake.format.names import encode_segment
@@ -32,6 +34,7 @@ class Heads:
     tables: dict[str, int] = field(default_factory=dict)
     stored: Blob | None = None
     read: bool = True  # False: reading failed, the document's state is unknown
+    changes: Place | None = None  # project's place in the tap's change log
 
     def get(self, stream: str) -> int | None:
         return self.tables.get(stream)
@@ -46,22 +49,25 @@ def read_heads(storage: Storage, tap_id: str) -> Heads:
     except StorageError as exc:
         log.warning("%s: %s; the streams' tables are read from their logs", storage.url_of(heads_key(tap_id)), exc)
         return Heads(read=False)
-    return Heads(_tables(blob.data), blob)
+    return Heads(_tables(blob.data), blob, changes=Place.from_doc(_doc(blob.data).get("changes")))
 
 
-def raise_heads(storage: Storage, tap_id: str, versions: dict[str, int], known: Heads | None = None) -> None:
-    """Raise the heads of ``versions``' streams to those versions (a greater one found stays), starting from
-    ``known`` as this run read it (one conditional write when nobody wrote since). A failure is a warning:
-    the tables are committed, and the next run reads their logs."""
-    if not versions:
+def raise_heads(storage: Storage, tap_id: str, versions: dict[str, int], known: Heads | None = None, place: Place | None = None) -> None:
+    """Raise the heads of ``versions``' streams to those versions (a greater one found stays), and record
+    ``place`` in the change log, starting from ``known`` as this run read it (one conditional write when
+    nobody wrote since; none when nothing changes). A failure is a warning: the tables are committed, and
+    the next run reads their logs (and visits every stream)."""
+    if not versions and (place is None or (known is not None and known.changes == place)):
         return
 
     def change(current: bytes | None) -> bytes | None:
         tables = _tables(current) if current else {}
         merged = tables | {stream: max(version, tables.get(stream, -1)) for stream, version in versions.items()}
-        if merged == tables and current is not None:
+        changes = place.to_doc() if place is not None else _doc(current).get("changes") if current else None
+        if merged == tables and current is not None and changes == _doc(current).get("changes"):
             return None
         doc = {"format": FORMAT, "spec_version": SPEC_VERSION, "tables": dict(sorted(merged.items()))}
+        doc |= {"changes": changes} if changes is not None else {}
         return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
 
     try:
@@ -71,13 +77,18 @@ def raise_heads(storage: Storage, tap_id: str, versions: dict[str, int], known: 
         log.warning("could not record the tables' heads in %s: %s", storage.url_of(heads_key(tap_id)), exc)
 
 
-def _tables(data: bytes) -> dict[str, int]:
-    """The document's versions; an unreadable document names none (it is rewritten at the next commit)."""
+def _doc(data: bytes) -> dict:
+    """The document; an unreadable one is empty (it is rewritten at the next commit)."""
     try:
         doc = json.loads(data)
     except ValueError:
         return {}
-    tables = doc.get("tables") if isinstance(doc, dict) and doc.get("format") == FORMAT else None
+    return doc if isinstance(doc, dict) and doc.get("format") == FORMAT else {}
+
+
+def _tables(data: bytes) -> dict[str, int]:
+    """The document's versions; an unreadable document names none."""
+    tables = _doc(data).get("tables")
     if not isinstance(tables, dict):
         return {}
     return {stream: version for stream, version in tables.items() if isinstance(version, int) and not isinstance(version, bool)}

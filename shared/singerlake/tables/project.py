@@ -31,7 +31,9 @@ before an ACTIVATE_VERSION, stay with ``_sdc_deleted_at`` set (soft, the default
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
+from singerlake.changes import options_digest, read_changes
 from singerlake.commits.errors import CommitRejected
 from singerlake.errors import ConfigError
 from singerlake.format.catalogue import replay_schema
@@ -169,6 +171,11 @@ def project(
     partitioned = chosen_partitions(lake, selected, partition_by)
     wanted = Wanted(hard_delete, "csv" in formats, chosen_types(lake, selected, types), partitioned, rebuild)
     heads = {tap: read_heads(lake.storage, tap) for tap in sorted({tap for tap, _ in selected})}
+    readings = {}  # per tap, what its change log says to visit (SPEC.md §16); a named stream or a rebuild visits all
+    if stream is None and not rebuild:
+        asked = options_digest([formats, hard_delete, types, partition_by, iceberg_catalog])
+        readings = {tap: read_changes(lake.storage, tap, heads[tap].changes, asked) for tap in heads}
+        selected = [(tap, name) for tap, name in selected if readings[tap].streams is None or name in readings[tap].streams]
 
     def run(streams: list[tuple[str, str]], hinted: bool) -> tuple[dict, dict, list]:
         """Plan, write and commit ``streams``: (plans, summaries of the committed, the streams planned from
@@ -222,7 +229,10 @@ def project(
         committed |= committed_again
     for tap in heads:  # what the run committed, and the heads of tables it had to read from their logs
         versions = {name: plan.published.version for (t, name), plan in plans.items() if t == tap and plan.published.version is not None}
-        raise_heads(lake.storage, tap, versions, heads[tap])  # writes only when a head rises
+        place = None
+        if tap in readings:  # streams that failed are visited again next run
+            place = replace(readings[tap].place, pending=sorted(name for t, name in selected if t == tap and found.has(t, name)))
+        raise_heads(lake.storage, tap, versions, heads[tap], place)  # writes only when a head rises or the place moves
     snapshots: dict = {}
     if catalog is not None:  # after the Delta commits; also streams with nothing new whose Iceberg table lags behind
         mirror = [stream_id for stream_id, plan in plans.items() if not found.has(*stream_id) and plan.published.version is not None]

@@ -1,0 +1,197 @@
+"""The change log (SPEC.md §16): each landing names the streams it committed, before the STATE that covers
+them, and `project` visits only the streams named since its last run (every stream once a day, or when
+asked for something else). Landing through the real target (in-process, Spark local); project through
+the core with storage calls counted; on S3, every request counted at the HTTP level."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from collections import Counter
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+from singerlake.changes import WALK_MS, log_prefix
+from singerlake.jobs.vacuum import vacuum
+from singerlake.lake import Lake
+from singerlake.spark.session import OnDemand
+from singerlake.storage import LocalStorage, S3Storage
+from singerlake.tables.heads import heads_key
+from singerlake.tables.project import project
+from singerlake.times import file_id_ms, new_file_id, now_ms
+from support.lakes import TAP, joined, land, local_lake_at, record_msg, s3_lake_at, schema_msg, state_msg
+from support.s3_counter import counted_root
+from support.storage import Counting
+from target_singerlake.target import TargetSingerlake
+
+SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"}, "note": {"type": "string"}}}
+
+
+def no_spark():
+    raise AssertionError("one-task runs of a local master start no Spark")
+
+
+SPARK = OnDemand(no_spark, "local[2]")
+
+
+def landing(streams: list[str], first_id: int = 0, records: int = 5) -> bytes:
+    lines = [schema_msg(stream, SCHEMA, ["id"]) for stream in streams]
+    for stream in streams:
+        lines += [
+            record_msg(stream, {"id": i, "note": f"{stream} {i}"}, "2026-11-29T10:00:00.000Z") for i in range(first_id, first_id + records)
+        ]
+    return joined([*lines, state_msg({"done": first_id})])
+
+
+def markers(storage) -> list[dict]:
+    return [json.loads(storage.read(info.key).data) for info in storage.list(log_prefix(TAP))]
+
+
+def manifests_read(counting: Counting) -> list[str]:
+    return sorted(key.split("/")[-2] for method, key in counting.requests if method == "read" and key.endswith("/manifest.json"))
+
+
+def stream_reads(counting: Counting) -> set[str]:
+    """The streams whose objects the run touched (raw, staging or published, anything below a stream)."""
+    found = set()
+    for _, key in counting.requests:
+        parts = key.split("/")
+        if parts[0] in ("raw", "staging", "published") and len(parts) > 3:
+            found.add(parts[2])
+    return found
+
+
+def test_a_landing_names_its_streams_before_the_state_that_covers_them(tmp_path):
+    lake = local_lake_at(tmp_path)
+    target = TargetSingerlake(config={**lake.config, "batch_max_rows": 10})
+    seen_at_state = []
+    emit = target.lander.drain.emit_state
+
+    def emit_and_look(state: bytes) -> None:
+        seen_at_state.append([doc["streams"] for doc in markers(lake.storage)])
+        emit(state)
+
+    target.lander.drain.emit_state = emit_and_look
+    lines = [schema_msg(s, SCHEMA, ["id"]) for s in ("a", "b")]
+    lines += [record_msg("a", {"id": i}) for i in range(10)] + [state_msg({"n": 1})]  # batch 1: a
+    lines += [record_msg("b", {"id": i}) for i in range(10)] + [state_msg({"n": 2})]  # batch 2: b
+    with redirect_stdout(io.StringIO()):
+        target.listen(file_input=io.BytesIO(joined(lines)))
+    assert seen_at_state == [[["a"]], [["a"], ["b"]]], "each STATE went out after a marker naming what it covers"
+    assert {doc["tap_id"] for doc in markers(lake.storage)} == {TAP}
+
+
+def test_project_visits_only_the_streams_named_since_its_last_run(tmp_path):
+    streams = [f"s{n:02d}" for n in range(12)]
+    lake = local_lake_at(tmp_path)
+    land(lake.config, landing(streams))
+    counting = Counting(LocalStorage(lake.config["lake_root"]))
+    reader = Lake(counting)
+    assert len(project(reader, SPARK)) == 12  # no place yet: every stream
+
+    counting.clear()
+    assert project(reader, SPARK) == []
+    assert stream_reads(counting) == set(), "a run with nothing new visits no stream"
+    assert Counter(method for method, _ in counting.requests) <= Counter({"root_exists": 1, "read": 3, "list": 1}), counting.requests
+
+    land(lake.config, landing(["s03", "s07"], first_id=5))
+    counting.clear()
+    results = project(reader, SPARK)
+    assert sorted((r["stream"], r["rows"]) for r in results) == [("s03", 10), ("s07", 10)]
+    assert manifests_read(counting) == ["s03", "s07"] and stream_reads(counting) == {"s03", "s07"}
+
+    counting.clear()
+    assert project(reader, SPARK) == [] and stream_reads(counting) == set()
+
+
+def test_a_commit_no_marker_names_is_found_by_the_daily_visit(tmp_path):
+    lake = local_lake_at(tmp_path)
+    land(lake.config, landing(["a", "b"]))
+    reader = Lake(LocalStorage(lake.config["lake_root"]))
+    project(reader, SPARK)
+    land(lake.config, landing(["b"], first_id=5))
+    shutil.rmtree(Path(lake.config["lake_root"]) / log_prefix(TAP))  # as if its writer died before its marker
+    assert project(reader, SPARK) == [], "not named: not visited"
+
+    heads = json.loads(reader.storage.read(heads_key(TAP)).data)
+    heads["changes"]["walked"] -= WALK_MS + 1  # the last visit of every stream is a day old
+    reader.storage.write(heads_key(TAP), json.dumps(heads).encode())
+    results = project(reader, SPARK)
+    assert {r["stream"]: r["rows"] for r in results} == {"a": 5, "b": 10}
+
+
+def test_a_run_asked_for_something_else_visits_every_stream(tmp_path):
+    lake = local_lake_at(tmp_path)
+    land(lake.config, landing(["a", "b"]))
+    reader = Lake(LocalStorage(lake.config["lake_root"]))
+    project(reader, SPARK)
+    assert {r["stream"] for r in project(reader, SPARK, hard_delete=True)} == {"a", "b"}
+    assert project(reader, SPARK, hard_delete=True) == []
+    assert [r["stream"] for r in project(reader, SPARK, TAP, "a")] == ["a"], "a named stream is always visited"
+
+
+@pytest.mark.heavy
+def test_on_s3_a_no_op_project_of_2000_streams_reads_a_constant_number_of_objects(request, moto_server, spark, tmp_path):
+    """Built on a local lake (landed and projected once, on Spark), copied to the bucket uncounted, then each run counted."""
+    streams = [f"t{n:04d}" for n in range(2000)]
+    local = local_lake_at(tmp_path)
+    land(local.config, landing(streams, records=2))
+    assert len(project(Lake(LocalStorage(local.config["lake_root"])), spark)) == 2000
+    root = counted_root(request, moto_server)
+    url, options = root
+    upload = S3Storage(url, **{**options, "endpoint_url": moto_server.endpoint})  # not through the proxy: not counted
+    base = Path(local.config["lake_root"])
+    for path in sorted(p for p in base.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        upload.write(path.relative_to(base).as_posix(), path.read_bytes(), durable=False)
+    lake = Lake(S3Storage(url, **options))
+
+    with root.counter.counting() as tally:
+        assert project(lake, SPARK) == []
+    print("no-op project of 2,000 streams:", dict(tally.kinds), tally.ops)
+    assert sum(tally.kinds.values()) <= 8, tally.requests  # the bucket, singerlake.json, the catalogue, the heads, the log
+    assert not [r.key for r in tally.requests if any(part in streams for part in r.key.split("/"))], "no object of any stream"
+
+    changed = streams[::200]
+    land(s3_lake_at(root).config, landing(changed, first_id=2, records=2))
+    with root.counter.counting() as tally:
+        results = project(lake, SPARK)
+    assert sorted(r["stream"] for r in results) == changed and all(r["rows"] == 4 for r in results)
+    manifest_gets = [r for r in tally.of("GET") if r.key.endswith("/manifest.json")]
+    print("project after 10 streams changed:", dict(tally.kinds))
+    assert len(manifest_gets) == 10 and sum(tally.kinds.values()) <= 10 * 12 + 8, tally.kinds
+
+
+def test_vacuum_deletes_markers_older_than_two_days_and_the_retention(tmp_path):
+    lake = local_lake_at(tmp_path)
+    land(lake.config, landing(["a"]))
+    storage = lake.storage
+    day = 24 * 3600 * 1000
+    for age_days in (3, 1):
+        key = f"{log_prefix(TAP)}{new_file_id(now_ms() - age_days * day)}.json"
+        storage.write(key, json.dumps({"format": "singerlake-changes", "tap_id": TAP, "streams": ["a"]}).encode())
+    ages = sorted((now_ms() - file_id_ms(info.key.rsplit("/", 1)[1])) // day for info in storage.list(log_prefix(TAP)))
+    assert ages == [0, 1, 3]
+    reader = Lake(LocalStorage(lake.config["lake_root"]))
+    assert [d.reason for d in vacuum(reader, retention_s=3600) if "change marker" in d.reason] == ["change marker older than the retention"]
+    assert len(list(storage.list(log_prefix(TAP)))) == 3, "a dry run deletes nothing"
+    vacuum(reader, retention_s=3600, apply=True)
+    ages = sorted((now_ms() - file_id_ms(info.key.rsplit("/", 1)[1])) // day for info in storage.list(log_prefix(TAP)))
+    assert ages == [0, 1]
+    assert len([d for d in vacuum(reader, retention_s=12 * 3600) if "change marker" in d.reason]) == 0
+
+
+def test_a_stream_that_failed_is_visited_again_without_a_new_marker(tmp_path):
+    lake = local_lake_at(tmp_path)
+    land(lake.config, landing(["a", "b"]))
+    reader = Lake(LocalStorage(lake.config["lake_root"]))
+    project(reader, SPARK)
+    land(lake.config, landing(["b"], first_id=5))
+    root = lake.storage.read(f"raw/{TAP}/b/manifest.json").data
+    lake.storage.write(f"raw/{TAP}/b/manifest.json", b"{not json")
+    failures: list = []
+    assert project(reader, SPARK, failures=failures) == [] and [f.stream for f in failures] == ["b"]
+    lake.storage.write(f"raw/{TAP}/b/manifest.json", root)
+    assert [(r["stream"], r["rows"]) for r in project(reader, SPARK)] == [("b", 10)]
+    assert project(reader, SPARK) == []
