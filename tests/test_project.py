@@ -373,7 +373,8 @@ def test_vacuum_deletes_replaced_delta_and_staging_files_after_the_retention(loc
     assert any(d.path.startswith("staging/") for d in deleted)
     latest = DeltaTable(uri(local_lake)).to_pyarrow_table().to_pylist()
     assert len(latest) == 3 and by_id(latest)[2]["amount"] == Decimal(1)
-    assert project(open_lake(local_lake), spark, TAP)[0]["rows"] == 3  # the staging parts it needs are still there
+    [again] = project(open_lake(local_lake), spark, TAP, STREAM)  # planned though nothing is new
+    assert again["rows"] == 3  # the staging parts it needs are still there
     with pytest.raises(Exception):  # noqa: B017  (delta-rs raises its own error types)
         DeltaTable(uri(local_lake), version=0).to_pyarrow_table()
     assert json.loads(json.dumps([d.to_dict() for d in deleted]))

@@ -37,8 +37,9 @@ def send(lake: LakeUnderTest, *messages: bytes, schema: dict = SCHEMA) -> None:
     land(lake.config, joined([schema_msg(STREAM, schema, ["id"]), *messages]))
 
 
-def run(lake: LakeUnderTest, spark, hard: bool, small_stream_bytes: int) -> dict:
-    (result,) = project(open_lake(lake), spark, TAP, hard_delete=hard, small_stream_bytes=small_stream_bytes)
+def run(lake: LakeUnderTest, spark, hard: bool, small_stream_bytes: int, stream: str | None = None) -> dict:
+    """Project the tap (or only ``stream``, which is then planned even with nothing new): the stream's result."""
+    (result,) = project(open_lake(lake), spark, TAP, stream, hard_delete=hard, small_stream_bytes=small_stream_bytes)
     return result
 
 
@@ -97,7 +98,8 @@ def test_a_full_table_refresh_deletes_the_keys_it_no_longer_sends(local_lake, sp
     if small_stream_bytes == LARGE:  # key 4's bucket holds no key of version 2: the activation reaches untouched buckets too
         buckets = delta.latest(local_lake.storage, table_key(TAP, STREAM)).state["buckets"]
         assert bucket_of(json_text([4]), buckets) not in {bucket_of(json_text([i]), buckets) for i in (1, 2, 3)}
-    again = run(local_lake, spark, hard, small_stream_bytes)  # nothing new: the activations are not applied twice
+    assert project(open_lake(local_lake), spark, TAP, hard_delete=hard) == [], "nothing new: the stream is not visited"
+    again = run(local_lake, spark, hard, small_stream_bytes, STREAM)  # planned all the same: activations not applied twice
     assert again["version"] == 1 and table(local_lake).version() == 1
 
 
@@ -228,7 +230,7 @@ def test_a_table_written_before_deletes_existed_is_projected_anew(local_lake, sp
     schema = table(local_lake).to_pyarrow_table().schema
     delta.commit(local_lake.storage, table_key(TAP, STREAM), published, schema, [], [], False, old)
     assert table(local_lake).version() == 1 and sorted(rows(local_lake)) == [1]
-    assert run(local_lake, spark, True, SMALL)["version"] == 2  # nothing new, but anew: every row again, deletes applied
+    assert run(local_lake, spark, True, SMALL, STREAM)["version"] == 2  # nothing new, but anew: every row again, deletes applied
     assert sorted(rows(local_lake)) == [1] and len(delta_adds(local_lake, 2)) == 1
     assert delta.latest(local_lake.storage, table_key(TAP, STREAM)).state["deletes"] == "hard"
 

@@ -97,7 +97,9 @@ def test_csv_asked_after_a_delta_only_run_is_written_for_the_whole_table(local_l
     assert stream["new_records"] == 0 and len(stream["csv"]) == 1, stream
     text = (Path(local_lake.config["lake_root"]) / stream["csv"][0]).read_text()
     assert text.splitlines()[0] == '"id","name","score"' and len(text.splitlines()) == 5, text
-    again = json.loads(ok(cli.run("project", "--formats", "delta,csv", "--json")).stdout)["streams"][0]
+    again = json.loads(ok(cli.run("project", "--formats", "delta,csv", "--json")).stdout)["streams"]
+    assert again == []  # asked as the last run was, with nothing new: no stream visited
+    [again] = json.loads(ok(cli.run("project", "--formats", "delta,csv", "--tap", TAP, "--stream", "users", "--json")).stdout)["streams"]
     assert again["csv"] == stream["csv"] and again["version"] == stream["version"]  # every twin there: nothing to do
 
 
@@ -123,7 +125,8 @@ def test_project_names_each_iceberg_table_and_its_metadata_location(local_lake, 
         assert (named["namespace"], named["table"]) == (TAP, "public_things"), named  # the SPEC's rule: `_` in the table only
         table = StaticTable.from_metadata(named["metadata_location"])
         assert table.current_snapshot().snapshot_id == named["snapshot"] and len(table.scan().to_arrow()) == 4
-        text = ok(cli.run("project", *iceberg)).stdout  # nothing new: still named
+        assert ok(cli.run("project", *iceberg)).stdout == "nothing new to project\n"
+        text = ok(cli.run("project", *iceberg, "--tap", TAP, "--stream", "public-things")).stdout  # nothing new: still named
         assert f"iceberg {TAP}.public_things: {named['metadata_location']}" in text, text
         assert f"iceberg {TAP}.public_things: file://" in ok(cli.run("ls")).stdout
 

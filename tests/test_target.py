@@ -733,7 +733,8 @@ def test_cli_lands_on_s3_with_tap_id_from_meltano(s3_root, tmp_path):
         assert lake.stored(stream, tap="tap-meltano") == [line for line in lines if f'"stream":"{stream}","record"'.encode() in line]
     assert lake.locks() == []
     assert list(lake.json("raw/singerlake.json")["taps"]) == ["tap-meltano"]
-    assert all(key.startswith(lake.storage.prefix + "raw/tap-meltano/") or key.endswith("raw/singerlake.json") for key in lake.everything())
+    under = tuple(lake.storage.prefix + place for place in ("raw/tap-meltano/", "changes/tap-meltano/", "raw/singerlake.json"))
+    assert all(key.startswith(under) for key in lake.everything()), lake.everything()
 
 
 def test_cli_about_lists_settings_and_marks_secrets():

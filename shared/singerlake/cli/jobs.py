@@ -144,7 +144,7 @@ def cmd_project(args: argparse.Namespace, output: Output) -> int:
         partition_by=args.partition_by,
         rebuild=args.rebuild,
     )
-    return output.finish({"streams": results}, "\n".join(map(projected_text, results)) or "no streams", failures)
+    return output.finish({"streams": results}, "\n".join(map(projected_text, results)) or "nothing new to project", failures)
 
 
 def projected_text(result: dict) -> str:

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from singerlake.changes import write_marker
 from singerlake.commits.commit import claim_writer, commit_files, update_manifest
 from singerlake.commits.errors import LockLost, LockNeeded, Overtaken
 from singerlake.commits.lock import DEFAULT_DRIFT_S, DEFAULT_LEASE_S, DEFAULT_WAIT_S, Lock
@@ -161,10 +162,10 @@ class SchemaWriter:
     def commit(self, records: list[dict[str, Any]], publish: bool = True, last: Manifest | None = None) -> Manifest:
         """All of ``records`` become visible at once, or (CommitRejected, CommitConflict, LockLost) none do.
 
-        ``publish``: bring the catalogue and ``singerlake.json`` up to date too; landing passes False
-        and publishes once per batch for all its streams instead. ``last``: the stream's manifest as
-        this process last read or wrote it, when newer than this writer's own copy (another schema's
-        commit, an activation).
+        ``publish``: bring the catalogue and ``singerlake.json`` up to date too, and name the stream in
+        the change log (SPEC.md §16); landing passes False and does both once per batch for all its
+        streams instead. ``last``: the stream's manifest as this process last read or wrote it, when
+        newer than this writer's own copy (another schema's commit, an activation).
         """
         self.lock.check()  # a writer that knows it lost its lock commits nothing more
         manifest = self._fenced(
@@ -181,6 +182,7 @@ class SchemaWriter:
         self.manifest = manifest
         if publish:
             self.lake.publish_stream(manifest, self.annotations)
+            write_marker(self.lake.storage, self.paths.tap_id, [self.stream])
         return manifest
 
     @property
