@@ -106,12 +106,18 @@ def test_project_visits_only_the_streams_named_since_its_last_run(tmp_path):
     assert project(reader, SPARK) == [] and stream_reads(counting) == set()
 
 
-def test_a_commit_no_marker_names_is_found_by_the_daily_visit(tmp_path):
+def projected_then_landed(tmp_path) -> tuple:
+    """Streams a and b landed and projected, then b landed again: (the lake, a reader of it)."""
     lake = local_lake_at(tmp_path)
     land(lake.config, landing(["a", "b"]))
     reader = Lake(LocalStorage(lake.config["lake_root"]))
     project(reader, SPARK)
     land(lake.config, landing(["b"], first_id=5))
+    return lake, reader
+
+
+def test_a_commit_no_marker_names_is_found_by_the_daily_visit(tmp_path):
+    lake, reader = projected_then_landed(tmp_path)
     shutil.rmtree(Path(lake.config["lake_root"]) / log_prefix(TAP))  # as if its writer died before its marker
     assert project(reader, SPARK) == [], "not named: not visited"
 
@@ -183,11 +189,7 @@ def test_vacuum_deletes_markers_older_than_two_days_and_the_retention(tmp_path):
 
 
 def test_a_stream_that_failed_is_visited_again_without_a_new_marker(tmp_path):
-    lake = local_lake_at(tmp_path)
-    land(lake.config, landing(["a", "b"]))
-    reader = Lake(LocalStorage(lake.config["lake_root"]))
-    project(reader, SPARK)
-    land(lake.config, landing(["b"], first_id=5))
+    lake, reader = projected_then_landed(tmp_path)
     root = lake.storage.read(f"raw/{TAP}/b/manifest.json").data
     lake.storage.write(f"raw/{TAP}/b/manifest.json", b"{not json")
     failures: list = []

@@ -214,7 +214,7 @@ def test_publish_writes_the_site_under_the_lake_root_from_metadata_alone(lake):
     assert run.returncode == 0, run.stderr
     expected = ["index.html"] + [page_name(EVIL_TAP, s) for s in (ORDERS, SCRIPT_STREAM)] + [page_name(PLAIN_TAP, s) for s in PLAIN_STREAMS]
     assert lake.keys("docs/") == sorted(f"docs/{name}" for name in expected)  # the stale page is gone
-    assert {key[len(lake.root_prefix()) :].split("/")[0] for key in lake.everything()} == {"raw", "docs"}
+    assert {key[len(lake.root_prefix()) :].split("/")[0] for key in lake.everything()} == {"raw", "changes", "docs"}
     orders = lake.read(f"docs/{page_name(EVIL_TAP, ORDERS)}").decode()
     assert "<dt>Records</dt><dd>19</dd>" in orders and ">v2 <code" in orders
     index = lake.read("docs/index.html").decode()
