@@ -19,7 +19,7 @@ FLOORS = [
     {"storage"},
     {"format"},
     {"settings", "spark"},
-    {"commits"},
+    {"commits", "changes"},
     {"files"},
     {"lake"},
     {"landing", "replay"},
