@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 from dataclasses import dataclass, field
 
 from singerlake.format.manifest import SPEC_VERSION
@@ -47,6 +48,31 @@ def old_markers(storage: Storage, tap_id: str, cutoff_ms: int) -> list[ObjectInf
     """The tap's markers whose ids are older than ``cutoff_ms``."""
     prefix = log_prefix(tap_id)
     return [info for info in storage.list(prefix, start_after=None) if info.key[len(prefix) :] < _name_at(cutoff_ms)]
+
+
+class Unmarked:
+    """A landing run's streams committed since its last marker; ``mark`` names them (thread-safe)."""
+
+    def __init__(self, storage: Storage, tap_id: str):
+        self.storage, self.tap_id = storage, tap_id
+        self._streams: set[str] = set()
+        self._lock = threading.Lock()
+
+    def add(self, stream: str) -> None:
+        with self._lock:
+            self._streams.add(stream)
+
+    def mark(self) -> None:
+        """One marker for the streams committed since the last one, if any; on failure they stay unmarked."""
+        with self._lock:
+            streams, self._streams = self._streams, set()
+        try:
+            if streams:
+                write_marker(self.storage, self.tap_id, streams)
+        except BaseException:
+            with self._lock:
+                self._streams |= streams
+            raise
 
 
 def options_digest(asked: object) -> str:

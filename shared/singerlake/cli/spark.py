@@ -21,10 +21,11 @@ def add_spark_command(sub) -> None:
 def cmd_spark(args: argparse.Namespace, output: Output) -> int:
     from singerlake.cli.lakes import check_spark_installed
     from singerlake.spark import warm
+    from singerlake.spark.session import driver_options
 
     conf = check_spark_installed(args)
     if args.action == "start":
-        warm.remote_url("local[*]", conf)
+        warm.remote_url("local[*]", lambda: driver_options("local[*]", conf))
     elif args.action == "stop":
         pid = warm.stop()
         output.result({"stopped": pid}, f"stopped the warm Spark (pid {pid})" if pid else "no warm Spark was running")

@@ -26,7 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from singerlake.changes import write_marker
+from singerlake.changes import Unmarked
 from singerlake.commits.commit import update_manifest
 from singerlake.commits.errors import LockNeeded
 from singerlake.format import catalogue as cat
@@ -37,10 +37,9 @@ from singerlake.format.scan import scan_stream
 from singerlake.lake import Lake
 from singerlake.landing.batch import ActivateVersion, Batch, Segment
 from singerlake.landing.errors import LandingError, RootUnusable
-from singerlake.landing.spark_write import FileJob, batch_table, write_with_spark
+from singerlake.landing.spark_write import FileJob, batch_table, jobs_in_group, label_jobs, preload_spark_imports, write_with_spark
 from singerlake.landing.writer import SchemaWriter
 from singerlake.pause import pause_point
-from singerlake.spark.masters import is_connect
 from singerlake.storage import NotFound, PreconditionFailed, StorageError
 from singerlake.times import iso_ms
 
@@ -70,7 +69,7 @@ class Drain:
         self._published: dict[str, dict] = {}
         self._unpublished: dict[str, dict] = {}  # committed entries not written yet: their locks wait for them
         self._latest: dict[str, Manifest] = {}  # per stream, the manifest as this run last read or wrote it
-        self._unmarked: set[str] = set()  # streams committed since the run's last change marker (SPEC.md §16)
+        self._unmarked = Unmarked(lake.storage, settings.tap_id)  # streams committed since the last change marker (SPEC.md §16)
         self._metadata = threading.Lock()
         # singerlake.json: written when this run may have a new tap (it created a stream's manifest), has
         # annotations to record, or took a lock over; else never read.
@@ -123,7 +122,7 @@ class Drain:
         those of streams whose catalogue entry could not be written: left to go stale, so that the next
         writer takes them over and writes it (SPEC.md §9). Commits no STATE covered get their change marker."""
         try:
-            self._mark()
+            self._unmarked.mark()
         except Exception as exc:  # no STATE depends on it: a tap that resends those records marks them again
             log.warning("could not write the change marker of %s: %s", self.settings.tap_id, exc)
         wait(self.writers.values())  # a writer still taking its lock is released once it has it
@@ -183,7 +182,7 @@ class Drain:
         finally:
             try:
                 if job.state is not None or job.final or failed:
-                    self._mark()  # before the STATE: every commit it covers is named (SPEC.md §16)
+                    self._unmarked.mark()  # before the STATE: every commit it covers is named (SPEC.md §16)
             finally:
                 for future in commits:
                     future.result()  # the first failure fails the batch (after every stream's commit has ended)
@@ -318,9 +317,9 @@ class Drain:
         for segment in segments:
             segment.chunks = []  # the table holds the only copy now
         if getattr(self.spark, "started", lambda: True)() is None:
-            _preload()  # Spark is still starting: load meanwhile what its first job would import
+            preload_spark_imports()  # Spark is still starting: load meanwhile what its first job would import
         spark = self.spark()
-        _label_jobs(spark, self.job_group(self._batches + 1), f"{len(segments)} segment(s), {table.num_rows} chunk(s)")
+        label_jobs(spark, self.job_group(self._batches + 1), f"{len(segments)} segment(s), {table.num_rows} chunk(s)")
         return write_with_spark(spark, jobs, table)
 
     def _confirm_stored(self, files: list[dict]) -> None:
@@ -364,7 +363,7 @@ class Drain:
                 manifest = self._record_activation(stream, item, last)
             with self._metadata:
                 self._remember(stream, manifest)
-                self._unmarked.add(stream)
+            self._unmarked.add(stream)
         if manifest is not None and manifest.versions:
             entry = cat.catalog_entry(manifest, self.lake.paths(manifest.tap_id, manifest.stream).stream_dir)
             with self._metadata:
@@ -398,19 +397,6 @@ class Drain:
         paths = self.lake.paths(self.settings.tap_id, stream)
         return update_manifest(self.lake.storage, paths, change, seed=lambda: scan_stream(self.lake.storage, paths), last=last)
 
-    def _mark(self) -> None:
-        """The change marker naming the streams committed since the last one (SPEC.md §16)."""
-        with self._metadata:
-            streams, self._unmarked = self._unmarked, set()
-        if not streams:
-            return
-        try:
-            write_marker(self.lake.storage, self.settings.tap_id, streams)
-        except BaseException:
-            with self._metadata:
-                self._unmarked |= streams
-            raise
-
     def _publish(self) -> None:
         """The catalogue entries this run's commits changed, in one update; ``singerlake.json`` when due."""
         with self._metadata:
@@ -431,7 +417,7 @@ class Drain:
         self._batches += 1
         self._records += records
         elapsed = time.monotonic() - self._started
-        jobs = _jobs_in_group(self.spark(), self.job_group(self._batches)) if files else 0
+        jobs = jobs_in_group(self.spark(), self.job_group(self._batches)) if files else 0
         log.info(
             "batch %d: %d records of %d stream(s) in %d file(s) by %s Spark job(s): written in %.2fs, committed in %.2fs; "
             "%s records so far (%s/s)",
@@ -447,28 +433,9 @@ class Drain:
         )
 
 
-def _preload() -> None:
-    """Imports the first batch's Spark job would make on its critical path (createDataFrame always
-    imports pandas: ~0.2 s of CPU), made while the drain waits for Spark to start instead."""
-    try:
-        import pandas  # noqa: F401
-    except ImportError:  # optional for Spark: createDataFrame of an Arrow table works without it
-        pass
-
-
 def _release(writer: SchemaWriter) -> Exception | None:
     try:
         writer.close()
     except Exception as exc:
         return exc
     return None
-
-
-def _label_jobs(spark, group: str, description: str) -> None:
-    """Name the batch's Spark job in the UI and the status tracker (Spark Connect has no job groups)."""
-    if not is_connect(spark):
-        spark.sparkContext.setJobGroup(group, description)
-
-
-def _jobs_in_group(spark, group: str) -> int | None:
-    return None if is_connect(spark) else len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))

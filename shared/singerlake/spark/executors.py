@@ -17,6 +17,7 @@ import uuid
 import zipfile
 from pathlib import Path
 
+from singerlake.spark.defaults import SESSION_DEFAULTS
 from singerlake.spark.errors import ExecutorsNotReady
 from singerlake.spark.masters import is_connect, is_local_master
 
@@ -92,8 +93,6 @@ def attach(remote: str):
         template = SparkSession.builder.remote(template_url).create()
         core, ready = (template.conf.get(key, "") for key in (CORE_CONF, READY_CONF))
         if core != digest:
-            from singerlake.spark.session import SESSION_DEFAULTS
-
             template.addArtifacts(str(core_archive()), pyfile=True)
             for key, value in SESSION_DEFAULTS.items():
                 try:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from singerlake.errors import ConfigError
+from singerlake.spark.defaults import SESSION_DEFAULTS
 from singerlake.spark.errors import SparkStartError
 from singerlake.spark.java import ensure_java
 from singerlake.spark.jvm_cache import cds_java_options
@@ -23,16 +24,6 @@ from singerlake.spark.masters import is_in_process_master, is_local_master, reso
 
 log = logging.getLogger(__name__)
 
-# Every session: our jobs size their own partitions; the console progress bar would garble stderr.
-SESSION_DEFAULTS = {
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "4",
-    # Batches go to the JVM as an RDD, not as rows inside the query plan: plan-held batches stay on
-    # the heap until the ContextCleaner catches up, and back-to-back jobs then exhaust it.
-    "spark.sql.execution.arrow.localRelationThreshold": "0",
-    # A JVM out of memory must die (and fail the run), never hang.
-    "spark.executor.extraJavaOptions": "-XX:+ExitOnOutOfMemoryError",
-}
 # Local masters only: a cluster's executors on other machines must reach the driver by its real address.
 LOCAL_DEFAULTS = {
     "spark.driver.host": "127.0.0.1",
@@ -88,7 +79,7 @@ def spark_session(
     master, remote = resolve_master(master, remote)
     on_warm = warm_spark.applies(master, remote) and warm_spark.wanted(warm)
     if on_warm:
-        remote = warm_spark.start_or_fall_back(master, conf)
+        remote = warm_spark.start_or_fall_back(master, lambda: driver_options(master, conf))
         # The run's server-side session (its Python workers) ends with the run, not an hour later.
         os.environ.setdefault("SPARK_CONNECT_RELEASE_SESSION_ON_EXIT", "true")
     builder = SparkSession.builder.appName(app_name)

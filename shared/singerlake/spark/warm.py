@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,27 +80,26 @@ def directory() -> Path:
     return path
 
 
-def remote_url(master: str, conf: dict[str, Any] | None = None) -> str:
+def remote_url(master: str, options: Callable[[], dict[str, str]]) -> str:
     """The ``sc://`` URL of the warm server, started now (with its watcher) if none is running.
 
-    Our local defaults go in as the server's seed settings: only the run that starts it sets them.
+    ``options()``, our local settings (``session.driver_options``), go in as the server's seed settings:
+    only the run that starts it sets them.
     Raises ``SparkError`` (no Java, a failed start) with the reason.
     """
     from pyspark.errors import PySparkException
     from pyspark.sql.connect import local_server
-
-    from singerlake.spark.session import driver_options
 
     _hold_client_lock()
     with local_server.Discovery() as discovery:  # running: reuse it without working out the settings of a start
         server = local_server.LocalConnectServer(discovery)
         if server.is_reusable():
             return server.reuse_or_start(master, {})
-    options = driver_options(master, conf)  # also: Java found, PYSPARK_PYTHON this interpreter (the server inherits our env)
+    seed = options()  # also: Java found, PYSPARK_PYTHON this interpreter (the server inherits our env)
     local_server.ServerLauncher._READY_TIMEOUT = READY_TIMEOUT_S
     os.environ[IDLE_EXIT_ENV] = str(WORKER_IDLE_EXIT_S)  # the server's Python worker daemons inherit it, not this run's
     try:
-        url = local_server.reuse_or_start_local_connect_server(master, options)
+        url = local_server.reuse_or_start_local_connect_server(master, seed)
     except PySparkException as exc:
         raise SparkStartError((exc.getMessageParameters() or {}).get("reason") or str(exc).splitlines()[0]) from None
     except subprocess.TimeoutExpired:
@@ -110,10 +110,10 @@ def remote_url(master: str, conf: dict[str, Any] | None = None) -> str:
     return url
 
 
-def start_or_fall_back(master: str, conf: dict[str, Any] | None) -> str | None:
+def start_or_fall_back(master: str, options: Callable[[], dict[str, str]]) -> str | None:
     """The warm server's URL, or None (one warning line saying why) for a local Spark of this run's own."""
     try:
-        return remote_url(master, conf)
+        return remote_url(master, options)
     except ConfigError:
         raise
     except (SparkError, OSError) as exc:
