@@ -49,22 +49,24 @@ def read_heads(storage: Storage, tap_id: str) -> Heads:
     except StorageError as exc:
         log.warning("%s: %s; the streams' tables are read from their logs", storage.url_of(heads_key(tap_id)), exc)
         return Heads(read=False)
-    return Heads(_tables(blob.data), blob, changes=Place.from_doc(_doc(blob.data).get("changes")))
+    doc = _doc(blob.data)
+    return Heads(_tables(doc), blob, changes=Place.from_doc(doc.get("changes")))
 
 
 def raise_heads(storage: Storage, tap_id: str, versions: dict[str, int], known: Heads | None = None, place: Place | None = None) -> None:
     """Raise the heads of ``versions``' streams to those versions (a greater one found stays), and record
     ``place`` in the change log, starting from ``known`` as this run read it (one conditional write when
     nobody wrote since; none when nothing changes). A failure is a warning: the tables are committed, and
-    the next run reads their logs (and visits every stream)."""
+    the next run reads their logs (and the change log from the place it finds)."""
     if not versions and (place is None or (known is not None and known.changes == place)):
         return
 
     def change(current: bytes | None) -> bytes | None:
-        tables = _tables(current) if current else {}
+        found = _doc(current) if current else {}
+        tables = _tables(found)
         merged = tables | {stream: max(version, tables.get(stream, -1)) for stream, version in versions.items()}
-        changes = place.to_doc() if place is not None else _doc(current).get("changes") if current else None
-        if merged == tables and current is not None and changes == _doc(current).get("changes"):
+        changes = place.to_doc() if place is not None else found.get("changes")
+        if merged == tables and current is not None and changes == found.get("changes"):
             return None
         doc = {"format": FORMAT, "spec_version": SPEC_VERSION, "tables": dict(sorted(merged.items()))}
         doc |= {"changes": changes} if changes is not None else {}
@@ -86,9 +88,9 @@ def _doc(data: bytes) -> dict:
     return doc if isinstance(doc, dict) and doc.get("format") == FORMAT else {}
 
 
-def _tables(data: bytes) -> dict[str, int]:
+def _tables(doc: dict) -> dict[str, int]:
     """The document's versions; an unreadable document names none."""
-    tables = _doc(data).get("tables")
+    tables = doc.get("tables")
     if not isinstance(tables, dict):
         return {}
     return {stream: version for stream, version in tables.items() if isinstance(version, int) and not isinstance(version, bool)}
