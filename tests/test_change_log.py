@@ -197,3 +197,10 @@ def test_a_stream_that_failed_is_visited_again_without_a_new_marker(tmp_path):
     lake.storage.write(f"raw/{TAP}/b/manifest.json", root)
     assert [(r["stream"], r["rows"]) for r in project(reader, SPARK)] == [("b", 10)]
     assert project(reader, SPARK) == []
+
+
+def test_a_marker_that_cannot_be_read_makes_the_run_visit_every_stream(tmp_path):
+    lake, reader = projected_then_landed(tmp_path)
+    lake.storage.write(f"{log_prefix(TAP)}{new_file_id()}.json", b'["not", "a marker"]')
+    assert {r["stream"]: r["rows"] for r in project(reader, SPARK)} == {"a": 5, "b": 10}
+    assert project(reader, SPARK) == [], "the place moved past it"

@@ -137,11 +137,13 @@ def read_changes(storage: Storage, tap_id: str, place: Place | None, options: st
         except NotFound:  # vacuumed meanwhile: older than any place a visit needs it for
             continue
         except ValueError:
+            doc = None
+        if not isinstance(doc, dict) or not isinstance(doc.get("streams"), list):
             log.warning("%s is not a change marker: every stream of %s is visited", storage.url_of(prefix + name), tap_id)
             return Reading(None, Place(after, [n for n in listed if n > after], now, options))
-        streams.update(name for name in doc.get("streams", []) if isinstance(name, str))
+        streams.update(stream for stream in doc["streams"] if isinstance(stream, str))
     after = max(after, place.after)
-    seen = sorted({*place.seen, *listed} - {name for name in {*place.seen, *listed} if name <= after})
+    seen = sorted(name for name in {*place.seen, *listed} if name > after)
     return Reading(streams, Place(after, seen, place.walked, options))
 
 
