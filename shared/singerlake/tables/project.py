@@ -227,18 +227,18 @@ def project(
         again, committed_again, _ = run(stale, hinted=False)
         plans |= again
         committed |= committed_again
-    for tap in heads:  # what the run committed, and the heads of tables it had to read from their logs
-        versions = {name: plan.published.version for (t, name), plan in plans.items() if t == tap and plan.published.version is not None}
-        place = None
-        if tap in readings:  # streams that failed are visited again next run
-            place = replace(readings[tap].place, pending=sorted(name for t, name in selected if t == tap and found.has(t, name)))
-        raise_heads(lake.storage, tap, versions, heads[tap], place)  # writes only when a head rises or the place moves
     snapshots: dict = {}
     if catalog is not None:  # after the Delta commits; also streams with nothing new whose Iceberg table lags behind
         mirror = [stream_id for stream_id, plan in plans.items() if not found.has(*stream_id) and plan.published.version is not None]
         for tap in sorted({tap for tap, _ in mirror}):  # once, before the streams' threads
             iceberg.ensure_namespace(catalog, tap)
         snapshots = for_each_stream(mirror, lambda tap, name: sync_iceberg(lake, catalog, plans[(tap, name)]), found)
+    for tap in heads:  # what the run committed, and the heads of tables it had to read from their logs
+        versions = {name: plan.published.version for (t, name), plan in plans.items() if t == tap and plan.published.version is not None}
+        place = None
+        if tap in readings:  # streams that failed (Iceberg's sync too) are visited again next run
+            place = replace(readings[tap].place, pending=sorted(name for t, name in selected if t == tap and found.has(t, name)))
+        raise_heads(lake.storage, tap, versions, heads[tap], place)  # writes only when a head rises or the place moves
     results = []
     for stream_id, plan in plans.items():
         if not found.has(*stream_id):
