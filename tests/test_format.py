@@ -20,6 +20,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from singerlake import Lake, SchemaWriter
+from singerlake.changes import log_prefix
 from singerlake.errors import UnsafeName
 from singerlake.format.datafile import encode, open_data_file, read_data_file, store, summarise, write_data_file
 from singerlake.format.errors import CorruptFile, InvalidMetadata
@@ -220,8 +221,9 @@ def test_hostile_names_stay_inside_the_lake_and_read_back(storage):
 
     keys = _all_lake_keys(storage)
     assert keys, "nothing was written"
+    inside = (f"{RAW}/", *(log_prefix(tap) for tap in HOSTILE_TAPS))  # the data, and each tap's change log
     for key in keys:
-        assert key.startswith(f"{RAW}/"), key
+        assert key.startswith(inside), key
         assert posixpath.normpath(key) == key
         assert all(part not in ("", ".", "..") and len(part) <= 255 for part in key.split("/")), key
         assert not key.endswith(".lock"), f"lock left behind: {key}"
