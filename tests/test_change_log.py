@@ -63,6 +63,10 @@ def stream_reads(counting: Counting) -> set[str]:
     return found
 
 
+def named_by(doc: dict) -> tuple[str, list[str]]:
+    return ("open", doc["running"]) if "running" in doc else ("closed" if "run" in doc else "plain", doc["streams"])
+
+
 def test_a_landing_names_its_streams_before_the_state_that_covers_them(tmp_path):
     lake = local_lake_at(tmp_path)
     target = TargetSingerlake(config={**lake.config, "batch_max_rows": 10})
@@ -70,17 +74,81 @@ def test_a_landing_names_its_streams_before_the_state_that_covers_them(tmp_path)
     emit = target.lander.drain.emit_state
 
     def emit_and_look(state: bytes) -> None:
-        seen_at_state.append([doc["streams"] for doc in markers(lake.storage)])
+        seen_at_state.append([named_by(doc) for doc in markers(lake.storage)])
         emit(state)
 
     target.lander.drain.emit_state = emit_and_look
     lines = [schema_msg(s, SCHEMA, ["id"]) for s in ("a", "b")]
     lines += [record_msg("a", {"id": i}) for i in range(10)] + [state_msg({"n": 1})]  # batch 1: a
-    lines += [record_msg("b", {"id": i}) for i in range(10)] + [state_msg({"n": 2})]  # batch 2: b
+    lines += [record_msg("b", {"id": i}) for i in range(10)] + [state_msg({"n": 2})]  # batch 2: b, new to the run
+    lines += [record_msg("a", {"id": i}) for i in range(10, 20)] + [state_msg({"n": 3})]  # batch 3: a again
+    lines += [record_msg("b", {"id": i}) for i in range(10, 15)] + [state_msg({"n": 4})]  # the last batch
     with redirect_stdout(io.StringIO()):
         target.listen(file_input=io.BytesIO(joined(lines)))
-    assert seen_at_state == [[["a"]], [["a"], ["b"]]], "each STATE went out after a marker naming what it covers"
-    assert {doc["tap_id"] for doc in markers(lake.storage)} == {TAP}
+    opened = [("open", ["a"])]
+    both = [*opened, ("open", ["a", "b"])]
+    assert seen_at_state == [opened, both, both, [*both, ("closed", ["a", "b"])]], (
+        "each STATE went out after a marker naming what it covers; a batch of streams already named wrote none"
+    )
+    docs = markers(lake.storage)
+    assert {doc["tap_id"] for doc in docs} == {TAP} and len({doc["run"] for doc in docs}) == 1
+
+
+def test_a_run_of_one_batch_writes_only_its_closing_marker(tmp_path):
+    lake = local_lake_at(tmp_path)
+    land(lake.config, landing(["a", "b"]))
+    assert [named_by(doc) for doc in markers(lake.storage)] == [("closed", ["a", "b"])]
+
+
+def test_project_follows_an_open_run_until_it_closes(tmp_path):
+    """A run that goes on committing after its open marker is visited at every project until its closing marker."""
+    from singerlake.changes import Unmarked
+
+    streams = [f"s{n}" for n in range(4)]
+    lake = local_lake_at(tmp_path)
+    land(lake.config, landing(streams))
+    counting = Counting(LocalStorage(lake.config["lake_root"]))
+    reader = Lake(counting)
+    project(reader, SPARK)
+    run = Unmarked(lake.storage, TAP)
+    run.add("s1")
+    run.mark()  # an open marker naming s1, as a landing run's first STATE batch writes
+    for _ in range(3):  # the run commits s1 again and again, with no further marker
+        counting.clear()
+        project(reader, SPARK)
+        assert manifests_read(counting) == ["s1"]
+    run.add("s1")
+    run.mark(final=True)
+    counting.clear()
+    project(reader, SPARK)
+    assert manifests_read(counting) == ["s1"], "the closing marker: visited once more"
+    counting.clear()
+    project(reader, SPARK)
+    assert manifests_read(counting) == [], "closed: no longer followed"
+
+
+def test_a_run_that_stops_without_closing_is_followed_for_its_lease_then_dropped(tmp_path, monkeypatch):
+    import singerlake.changes as changes
+
+    lake = local_lake_at(tmp_path)
+    land(lake.config, landing(["s0", "s1", "s2"]))
+    run = changes.Unmarked(lake.storage, TAP)
+    run.add("s1")
+    run.mark()  # the run is killed after this: no closing marker ever comes
+    counting = Counting(LocalStorage(lake.config["lake_root"]))
+    reader = Lake(counting)
+    assert len(project(reader, SPARK)) == 3, "no place yet: every stream"
+    counting.clear()
+    project(reader, SPARK)
+    assert manifests_read(counting) == ["s1"], "a full visit read the open marker and follows the run"
+    later = now_ms() + changes.LEASE_MS + changes.MARGIN_MS + 60_000
+    monkeypatch.setattr(changes, "now_ms", lambda: later)
+    counting.clear()
+    project(reader, SPARK)
+    assert manifests_read(counting) == ["s1"], "its lease passed: visited once more"
+    counting.clear()
+    project(reader, SPARK)
+    assert manifests_read(counting) == [], "then no longer followed"
 
 
 def test_project_visits_only_the_streams_named_since_its_last_run(tmp_path):

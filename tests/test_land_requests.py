@@ -110,10 +110,10 @@ def test_a_cold_run_a_warm_run_and_further_batches_keep_the_budget(root):
         ("GET", "raw/singerlake.json"): 1,  # a new tap: read (404), rebuilt from a listing of raw/, written
         ("LIST", "raw/"): 1,
         ("PUT", "raw/singerlake.json"): 1,
-        ("PUT", "marker"): 1,  # the batch's streams named before its STATE
+        ("PUT", "marker"): 2,  # cut by size: the run's open marker before the STATE, then its closing one
         ("DELETE", LOCK): 1,
     }, named(cold)
-    assert kinds(cold) == {"HEAD": 1, "PUT": 7, "DELETE": 1, "GET": 3, "LIST": 3}
+    assert kinds(cold) == {"HEAD": 1, "PUT": 8, "DELETE": 1, "GET": 3, "LIST": 3}
 
     warm, marks, states = run(root, batches(4, [3]), rows=100)  # the input ends before the batch is full: one commit
     assert states == ['{"batch": 1, "last": 6}']
@@ -122,7 +122,7 @@ def test_a_cold_run_a_warm_run_and_further_batches_keep_the_budget(root):
         ("PUT", "data"): 1,  # from an executor
         ("HEAD", LOCK): 1,  # the run's only commit goes without the lock while none exists (404)
         ("PUT", PATHS.manifest): 1,  # the commit, If-Match the ETag read
-        ("PUT", "marker"): 1,
+        ("PUT", "marker"): 1,  # the run's only batch: its closing marker names the stream before the STATE
     }, named(warm)
     assert kinds(warm) == {"PUT": 3, "GET": 1, "HEAD": 1}, "the warm stream's budget: <= 3 PUT, <= 1 GET, 0 LIST"
     assert [r.status for r in warm if r.kind == "HEAD" and r.key.endswith(LOCK)] == [404]
@@ -134,7 +134,7 @@ def test_a_cold_run_a_warm_run_and_further_batches_keep_the_budget(root):
         ("PUT", LOCK): 1,
         ("PUT", "data"): 1,
         ("PUT", PATHS.manifest): 1,
-        ("PUT", "marker"): 1,
+        ("PUT", "marker"): 2,  # open, closed
         ("DELETE", LOCK): 1,
     }
 
@@ -142,10 +142,11 @@ def test_a_cold_run_a_warm_run_and_further_batches_keep_the_budget(root):
     assert len(states) == 3 and len(marks) == 3
     for n, (begin, end) in enumerate([(marks[0], marks[1]), (marks[1], marks[2])], start=2):
         further = several[begin:end]
-        assert named(further) == {("PUT", "data"): 1, ("PUT", PATHS.manifest): 1, ("PUT", "marker"): 1}, f"batch {n}: {named(further)}"
+        assert named(further) == {("PUT", "data"): 1, ("PUT", PATHS.manifest): 1}, f"batch {n}: {named(further)}"
     first = {("GET", PATHS.manifest): 1, ("PUT", LOCK): 1, ("PUT", "data"): 1, ("PUT", PATHS.manifest): 1, ("PUT", "marker"): 1}
-    assert named(several[: marks[0]]) == first
-    assert named(several[marks[2] :]) == {("DELETE", LOCK): 1}, "the end of the run: the lock's release"
+    assert named(several[: marks[0]]) == first, "the run's open marker, before its first STATE"
+    end = named(several[marks[2] :])
+    assert end == {("PUT", "marker"): 1, ("DELETE", LOCK): 1}, "the end of the run: its closing marker, the lock's release"
 
     lake = direct(root)
     manifest = lake.manifest(TAP, STREAM)
@@ -166,7 +167,7 @@ def test_a_warm_full_table_sync_adds_one_conditional_write_per_activate_version(
         ("PUT", LOCK): 1,
         ("PUT", "data"): 1,
         ("PUT", PATHS.manifest): 2,  # the activation, then the records
-        ("PUT", "marker"): 1,
+        ("PUT", "marker"): 2,  # cut by size: the run's open marker, then its closing one
         ("DELETE", LOCK): 1,
     }, named(warm)
     manifest = direct(root).manifest(TAP, STREAM)

@@ -122,7 +122,7 @@ class Drain:
         those of streams whose catalogue entry could not be written: left to go stale, so that the next
         writer takes them over and writes it (SPEC.md §9). Commits no STATE covered get their change marker."""
         try:
-            self._unmarked.mark()
+            self._unmarked.mark(final=True)
         except Exception as exc:  # no STATE depends on it: a tap that resends those records marks them again
             log.warning("could not write the change marker of %s: %s", self.settings.tap_id, exc)
         wait(self.writers.values())  # a writer still taking its lock is released once it has it
@@ -182,7 +182,7 @@ class Drain:
         finally:
             try:
                 if job.state is not None or job.final or failed:
-                    self._unmarked.mark()  # before the STATE: every commit it covers is named (SPEC.md §16)
+                    self._unmarked.mark(final=job.final)  # before the STATE: every commit it covers is named (SPEC.md §16)
             finally:
                 for future in commits:
                     future.result()  # the first failure fails the batch (after every stream's commit has ended)
