@@ -18,6 +18,7 @@ import pytest
 from singerlake import Lake, SchemaWriter
 from singerlake.commits.lock import Lock
 from singerlake.format.layout import StreamPaths
+from singerlake.format.names import encode_segment
 from singerlake.format.schema_hash import schema_hash
 from singerlake.site.pages import page_name, per_day
 from singerlake.storage import LocalStorage, S3Storage
@@ -125,6 +126,8 @@ def test_site_shows_every_tap_stream_annotation_and_version_in_a_browser_and_fet
     assert "Traceback" not in run.stderr and "5 pages (4 streams)" in run.stdout
 
     pages = {path.relative_to(site).as_posix(): path.read_text("utf-8") for path in site.rglob("*") if path.is_file()}
+    views = [name for name in pages if name.startswith("_singerlake/view-")]  # the site's views, one per tap (SPEC.md §16)
+    assert len(views) == 2 and all(pages.pop(name) for name in views)
     assert sorted(pages) == sorted(
         ["index.html"] + [page_name(EVIL_TAP, s) for s in (ORDERS, SCRIPT_STREAM)] + [page_name(PLAIN_TAP, s) for s in PLAIN_STREAMS]
     )
@@ -213,7 +216,8 @@ def test_publish_writes_the_site_under_the_lake_root_from_metadata_alone(lake):
     run = docs_on(lake, "--publish")
     assert run.returncode == 0, run.stderr
     expected = ["index.html"] + [page_name(EVIL_TAP, s) for s in (ORDERS, SCRIPT_STREAM)] + [page_name(PLAIN_TAP, s) for s in PLAIN_STREAMS]
-    assert lake.keys("docs/") == sorted(f"docs/{name}" for name in expected)  # the stale page is gone
+    views = [f"docs/_singerlake/view-{encode_segment(tap)}.json" for tap in (EVIL_TAP, PLAIN_TAP)]  # one per tap (SPEC.md §16)
+    assert lake.keys("docs/") == sorted([*views, *(f"docs/{name}" for name in expected)])  # the stale page is gone
     assert {key[len(lake.root_prefix()) :].split("/")[0] for key in lake.everything()} == {"raw", "changes", "docs"}
     orders = lake.read(f"docs/{page_name(EVIL_TAP, ORDERS)}").decode()
     assert "<dt>Records</dt><dd>19</dd>" in orders and ">v2 <code" in orders

@@ -19,14 +19,19 @@ MIB = 1 << 20
 
 
 def cmd_ls(args: argparse.Namespace, output: Output) -> int:
-    report = describe_lake(open_lake(args))
+    from singerlake.changes.view import local_views
+
+    lake = open_lake(args)
+    report = describe_lake(lake, local_views(lake.storage))  # this machine's views: ls may only read the lake
     output.result(report, describe_text(report))
     return 0
 
 
 def describe_text(report: dict) -> str:
-    """``ls``: the lake's taps, streams, versions and locks, and its pushed files per what."""
+    """``ls``: the lake's taps, streams, versions and locks, and its pushed files per what. Locks are shown
+    for the streams read this run (the others' were listed on an earlier run: see the JSON's ``locks_read``)."""
     lines = [f"lake {report['root']}"]
+    read = [info.get("locks_read") == report.get("read") for streams in report["taps"].values() for info in streams.values()]
     for tap_id, streams in report["taps"].items():
         lines.append(f"  tap {tap_id}")
         for stream, info in streams.items():
@@ -36,7 +41,10 @@ def describe_text(report: dict) -> str:
                 lines.append(f"      {version['version']} {version['schema_hash']}: {records_in(version)}")
                 lines += [f"        {change}" for change in version["changes"]]
             lines += table_text(info.get("table"))
-            lines += [f"      lock {lock_text(lock)}" for lock in info["locks"]]
+            if info.get("locks_read") == report.get("read"):
+                lines += [f"      lock {lock_text(lock)}" for lock in info["locks"]]
+    if read:
+        lines.append(f"  locks shown of the {counted(sum(read), 'stream')} read this run; `singerlake locks` lists every lock")
     for what, info in report.get("files", {}).items():
         sizes = f"{counted(info['files'], 'file')}, {counted(info['bytes'], 'byte')} in {counted(info['pushes'], 'push', 'pushes')}"
         lines.append(f"  files {what}: {sizes} from {', '.join(info['wheres'])}; days {info['first_day']} .. {info['last_day']}")
@@ -233,16 +241,23 @@ def cmd_docs(args: argparse.Namespace, output: Output) -> int:
         checked: list = []
         findings = verify(lake, spark, check_hashes=not args.no_hashes, progress=output.progress("verify"), failures=checked)
         verified = VerifyResult(findings, checked)
-    site = build_site(lake, verified)
-    places = []
-    if args.out:
-        write_site(site, open_storage(args.out, **lake_options(args)))
-        places.append(args.out)
-    if args.publish:
-        write_site(site, lake.storage, SITE_PREFIX)
-        places.append(lake.storage.url_of(SITE_PREFIX))
+    sites = [(open_storage(args.out, **lake_options(args)), "", args.out)] if args.out else []
+    sites += [(lake.storage, SITE_PREFIX, lake.storage.url_of(SITE_PREFIX))] if args.publish else []
+    site = build_site(lake, verified, view_of=lambda tap: site_view(sites, lake, tap))
+    for storage, prefix, _ in sites:
+        write_site(site, storage, prefix, lake.storage.url)
+    places = [place for _, _, place in sites]
     whats = f", {counted(site.whats, 'what')} of files" if site.whats else ""
     text = f"{counted(len(site.pages), 'page')} ({counted(site.streams, 'stream')}{whats}) written to {' and '.join(places)}"
-    return output.finish(
-        {"pages": len(site.pages), "streams": site.streams, "whats": site.whats, "written_to": places}, text, site.problems
-    )
+    if site.read < site.streams:
+        text += f"; {counted(site.read, 'stream')} read, the pages of the others unchanged"
+    doc = {"pages": len(site.pages), "streams": site.streams, "read": site.read, "whats": site.whats, "written_to": places}
+    return output.finish(doc, text, site.problems)
+
+
+def site_view(sites: list, lake, tap_id: str):
+    """The tap's view kept beside the site (``docs``); with two sites, only one both kept alike."""
+    from singerlake.changes.view import read_view, view_key
+
+    views = [read_view(storage, prefix + view_key("", tap_id), "docs", lake.storage.url, tap_id) for storage, prefix, _ in sites]
+    return views[0] if all(view == views[0] for view in views) else None

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 
+from singerlake.changes.view import Entry, read_view, to_visit, updated, view_key, write_view
 from singerlake.commits.lock import looks_stale, read_lock
 from singerlake.format.layout import LOCK
 from singerlake.format.manifest import Manifest
 from singerlake.lake import Lake
+from singerlake.storage import Storage
 from singerlake.tables.columns import published_table
+from singerlake.tables.heads import read_heads
 from singerlake.times import iso_ms, now_ms
 
 
@@ -101,17 +104,44 @@ def describe_stream(lake: Lake, tap_id: str, stream: str, manifest: Manifest) ->
     }
 
 
-def describe_lake(lake: Lake) -> dict:
+def describe_lake(lake: Lake, views: Storage | None = None) -> dict:
     """Taps, streams, versions (with diffs), files, records, bytes, time span, locks, and each projected
-    stream's table (``table``: location, version, rows, columns with JSON-text and chosen ones marked)."""
+    stream's table (``table``: location, version, rows, columns with JSON-text and chosen ones marked).
+    With ``views`` (where this machine keeps ``ls``'s views of the lake), a tap's streams are described
+    again only when its change log names them or their table's head moved (SPEC.md §16); the others, their
+    locks too, are as the view kept them (``locks_read``: when their locks were listed). ``read``: this run."""
+    now = now_ms()
     taps = {}
     for tap_id in lake.taps():
-        taps[tap_id] = {}
-        for stream in lake.streams(tap_id):
-            manifest = lake.manifest(tap_id, stream)
-            table = published_table(lake.storage, manifest)
-            taps[tap_id][stream] = describe_stream(lake, tap_id, stream, manifest) | ({"table": table} if table else {})
-    return {"root": lake.storage.url, "taps": taps, "files": describe_files(lake)}
+        if views is None:
+            taps[tap_id] = {stream: described(lake, tap_id, stream, now) for stream in lake.streams(tap_id)}
+        else:
+            taps[tap_id] = described_tap(lake, tap_id, views, now)
+    return {"root": lake.storage.url, "read": iso_ms(now), "taps": taps, "files": describe_files(lake)}
+
+
+def described(lake: Lake, tap_id: str, stream: str, now: int) -> dict:
+    """A stream as ``ls`` shows it: its manifest's summary, its locks and its published table."""
+    manifest = lake.manifest(tap_id, stream)
+    table = published_table(lake.storage, manifest)
+    described = describe_stream(lake, tap_id, stream, manifest) | {"locks_read": iso_ms(now)}
+    return described | ({"table": table} if table else {})
+
+
+def described_tap(lake: Lake, tap_id: str, views: Storage, now: int) -> dict[str, dict]:
+    """A tap's streams from its view, those to visit described again (every stream without a view); the view written back."""
+    key, url = view_key("", tap_id), lake.storage.url
+    view = read_view(views, key, "ls", url, tap_id)
+    heads = read_heads(lake.storage, tap_id)  # before the streams: a table that moves meanwhile is read again next run
+    visit = to_visit(lake.storage, tap_id, view, heads.tables if heads.read else None)
+    if view is None or visit.streams is None:
+        wanted = lake.streams(tap_id)
+    else:
+        wanted = sorted(visit.streams)
+    computed = {stream: Entry(described(lake, tap_id, stream, now), heads.get(stream)) for stream in wanted}
+    kept = updated(view, visit, computed)
+    write_view(views, key, kept, "ls", url, tap_id)
+    return {stream: entry.doc for stream, entry in kept.streams.items()}
 
 
 def describe_files(lake: Lake) -> dict:

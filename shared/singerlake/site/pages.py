@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from urllib.parse import urlparse
@@ -19,16 +19,19 @@ from urllib.parse import urlparse
 import jinja2
 from markupsafe import Markup
 
+from singerlake.changes.view import VIEW_DIR, Entry, View, Visit, to_visit, updated, view_key, write_view
 from singerlake.errors import one_line
 from singerlake.files import index as files_index
 from singerlake.files.record import last_time, newness
 from singerlake.format.names import encode_segment
-from singerlake.jobs.describe import describe_stream, schema_changes, type_text
+from singerlake.jobs.describe import describe_stream, schema_changes
 from singerlake.jobs.verify import Finding, read_manifest
 from singerlake.lake import Lake
+from singerlake.site.charts import age_text, chart, commits_of, files_per_day, human_bytes, per_day, schema_rows
 from singerlake.spark.runner import Failures, StreamFailure, StreamId, for_each_stream
 from singerlake.storage import NotFound, Storage
 from singerlake.tables.columns import published_table
+from singerlake.tables.heads import Heads, read_heads
 from singerlake.times import file_id_ms, iso_ms, now_ms
 
 SITE_PREFIX = "docs/"  # where --publish puts the site under the lake root
@@ -36,21 +39,47 @@ INDEX = "index.html"
 STREAM_PAGES = "streams/"
 FILE_PAGES = "files/"  # a page per what of pushed files (SPEC.md §14)
 HTML = "text/html; charset=utf-8"
-DAY_MS = 86_400_000
-MAX_BARS = 366  # a longer life is charted in bars of several days
 MAX_ROWS = 200  # newest files and commits listed on a stream page
 MAX_FILE_ROWS = 50  # latest files listed on a what's page
-MAX_SCHEMA_DEPTH = 8
 LINKS = (("docs", "docs_url"), ("logs", "logs_url"))  # annotations shown as links (the target's settings of those names)
-PLOT_LEFT, PLOT_RIGHT, PLOT_BOTTOM, PLOT_HEIGHT = 64, 600, 140, 126  # chart area in the SVG's viewBox
+
+
+ViewOf = Callable[[str], View | None]  # a tap's view as the site kept it (None: none that can be trusted)
 
 
 @dataclass
 class Site:
-    pages: dict[str, bytes]  # relative name -> HTML, stream and what pages first, the index last
+    pages: dict[str, bytes]  # relative name -> HTML written this run, stream and what pages first, the index last
     streams: int
     problems: list[StreamFailure | WhatFailure] = field(default_factory=list)
     whats: int = 0
+    views: dict[str, View] = field(default_factory=dict)  # per tap, to keep beside the site
+    read: int = 0  # streams read this run (their pages written)
+    names: set[str] = field(default_factory=set)  # every page of the site, written this run or before
+    walked: bool = True  # some tap had every stream read: pages of streams no longer in the lake are looked for
+    known: dict[str, View | None] = field(default_factory=dict)  # the views the run started from
+
+
+@dataclass
+class TapPlan:
+    """A tap's part of a run: its view and heads as read, what the change log says to visit, the streams
+    of the site (``streams``) and those read this run (``read``)."""
+
+    view: View | None
+    visit: Visit
+    heads: Heads
+    streams: list[str]
+    read: set[str]
+
+
+def plan_tap(lake: Lake, tap_id: str, view: View | None, options: str) -> TapPlan:
+    """Every stream dir listed without a view (or when the change log says to visit all); else the view's streams and those named."""
+    heads = read_heads(lake.storage, tap_id)  # before the streams: a table that moves meanwhile is read again next run
+    visit = to_visit(lake.storage, tap_id, view, heads.tables if heads.read else None, options)
+    if view is None or visit.streams is None:
+        streams = lake.listed_streams(tap_id)
+        return TapPlan(view, visit, heads, streams, set(streams))
+    return TapPlan(view, visit, heads, sorted(set(view.streams) | visit.streams), visit.streams)
 
 
 @dataclass
@@ -93,108 +122,6 @@ def safe_link(url: object) -> str | None:
     return url if isinstance(url, str) and urlparse(url).scheme in ("http", "https") and urlparse(url).netloc else None
 
 
-def age_text(then_ms: int, now: int) -> str:
-    seconds = max(0, (now - then_ms) // 1000)
-    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds // size} {unit} ago"
-    return "just now"
-
-
-def schema_rows(schema: dict, prefix: str = "", depth: int = 0) -> list[dict]:
-    """The properties of a JSON schema as table rows, nested ones under their parent (``a.b``, ``tags[].x``)."""
-    rows: list[dict] = []
-    properties = schema.get("properties")
-    if not isinstance(properties, dict) or depth > MAX_SCHEMA_DEPTH:
-        return rows
-    required = schema.get("required") if isinstance(schema.get("required"), list) else []
-    for name, spec in properties.items():
-        spec = spec if isinstance(spec, dict) else {}
-        rows.append({"name": prefix + name, "depth": depth, "type": type_text(spec), "required": name in required})
-        rows += schema_rows(spec, f"{prefix}{name}.", depth + 1)
-        if isinstance(spec.get("items"), dict):
-            rows += schema_rows(spec["items"], f"{prefix}{name}[].", depth + 1)
-    return rows
-
-
-def per_day(files: list[dict]) -> tuple[list[dict], int]:
-    """Records and bytes per UTC day of record time over the stream's life, in bars of one day (or
-    several, for a life longer than MAX_BARS days: the second value). A file spanning days is spread
-    over them by time."""
-    if not files:
-        return [], 1
-    first, last = min(f["start"] for f in files) // DAY_MS, max(f["end"] for f in files) // DAY_MS
-    days = math.ceil((last - first + 1) / MAX_BARS)
-    bars = [{"records": 0.0, "bytes": 0.0} for _ in range((last - first) // days + 1)]
-    for entry in files:
-        span = entry["end"] - entry["start"]
-        for day in range(entry["start"] // DAY_MS, entry["end"] // DAY_MS + 1):
-            overlap = min(entry["end"], (day + 1) * DAY_MS) - max(entry["start"], day * DAY_MS)
-            share = overlap / span if span else 1.0
-            bar = bars[(day - first) // days]
-            bar["records"] += entry["records"] * share
-            bar["bytes"] += entry["size"] * share
-    return _labelled(bars, first, days), days
-
-
-def _labelled(bars: list[dict], first: int, days: int) -> list[dict]:
-    for index, bar in enumerate(bars):
-        start = (first + index * days) * DAY_MS
-        bar["day"] = iso_ms(start)[:10]
-        bar["label"] = bar["day"] + (f" + {days} days" if days > 1 else "")
-    return bars
-
-
-def files_per_day(records: list[dict]) -> tuple[list[dict], int]:
-    """Pushed files per UTC day of their span, in bars of one day (or several, as ``per_day``): a file
-    counts once in each bar its span (``start`` to ``end``, or ``start`` alone) overlaps."""
-    if not records:
-        return [], 1
-    first, last = min(r["start"] for r in records) // DAY_MS, max(last_time(r) for r in records) // DAY_MS
-    days = math.ceil((last - first + 1) / MAX_BARS)
-    bars = [{"files": 0} for _ in range((last - first) // days + 1)]
-    for record in records:
-        for index in range((record["start"] // DAY_MS - first) // days, (last_time(record) // DAY_MS - first) // days + 1):
-            bars[index]["files"] += 1
-    return _labelled(bars, first, days), days
-
-
-def chart(bars: list[dict], days: int, measure: str, unit: str, of: str = "record time") -> dict:
-    """Bar geometry for an SVG chart of ``measure`` (drawn by the template in a 600 x 170 viewBox)."""
-    top = max((bar[measure] for bar in bars), default=0) or 1
-    slot = (PLOT_RIGHT - PLOT_LEFT) / max(1, len(bars))
-    rects = []
-    for index, bar in enumerate(bars):
-        height = bar[measure] / top * PLOT_HEIGHT
-        rects.append(
-            {
-                "x": round(PLOT_LEFT + index * slot + slot * 0.1, 2),
-                "width": round(max(slot * 0.8, 0.5), 2),
-                "y": round(PLOT_BOTTOM - height, 2),
-                "height": round(height, 2),
-                "day": bar["day"],
-                "value": round(bar[measure]),
-                "title": f"{bar['label']}: {round(bar[measure]):,} {unit.removesuffix('s') if round(bar[measure]) == 1 else unit}",
-            }
-        )
-    per = "day" if days == 1 else f"{days} days"
-    first, last = bars[0]["label"][:10], bars[-1]["label"][:10]
-    return {"measure": measure, "unit": unit, "per": per, "of": of, "rects": rects, "top": top, "first": first, "last": last}
-
-
-def commits_of(files: list[dict]) -> list[dict]:
-    """Per commit, newest first: its files, records, bytes and record time span."""
-    commits: dict[int, dict] = {}
-    for entry in files:
-        commit = commits.setdefault(entry["commit"], {"commit": entry["commit"], "files": 0, "records": 0, "bytes": 0})
-        commit["files"] += 1
-        commit["records"] += entry["records"]
-        commit["bytes"] += entry["size"]
-        commit["start"] = min(commit.get("start", entry["start"]), entry["start"])
-        commit["end"] = max(commit.get("end", entry["end"]), entry["end"])
-    return [commits[number] for number in sorted(commits, reverse=True)]
-
-
 def last_commit_ms(lake: Lake, manifest_key: str, files: list[dict]) -> int | None:
     """When the manifest was last written (every commit writes it); else the newest file's creation."""
     for info in lake.storage.list(manifest_key):
@@ -203,7 +130,7 @@ def last_commit_ms(lake: Lake, manifest_key: str, files: list[dict]) -> int | No
     return max((file_id_ms(f["id"]) for f in files), default=None)
 
 
-def stream_doc(lake: Lake, tap_id: str, stream: str, now: int) -> dict:
+def stream_doc(lake: Lake, tap_id: str, stream: str) -> dict:
     """Everything a stream's page and index row show, from its manifest and listing; raises
     LookupError naming the problem when the manifest is missing or invalid (no scan: no data file is read)."""
     paths = lake.paths(tap_id, stream)
@@ -224,7 +151,7 @@ def stream_doc(lake: Lake, tap_id: str, stream: str, now: int) -> dict:
         "key_properties": latest["key_properties"],
         "schema_rows": schema_rows(latest["schema"]),
         "last_commit": iso_ms(committed) if committed is not None else None,
-        "age": age_text(committed, now) if committed is not None else None,
+        "last_commit_ms": committed,
         "charts": [chart(bars, days, "records", "records"), chart(bars, days, "bytes", "bytes")] if bars else [],
         "commit_rows": commits_of(manifest.files)[:MAX_ROWS],
         "file_rows": newest_first[:MAX_ROWS],
@@ -317,14 +244,6 @@ def when_html(moment: str | int | None) -> Markup:
     return Markup('<time datetime="{}">{}</time>').format(text, text[:19].replace("T", " "))
 
 
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
-
-
 def render(taps: list[dict], lake_findings: list[Finding] | None, root: str, now: int, whats: list[dict] | None = None) -> dict[str, bytes]:
     env = _environment()
     assets = resources.files("singerlake.site") / "templates"
@@ -342,8 +261,9 @@ def render(taps: list[dict], lake_findings: list[Finding] | None, root: str, now
     stream_template = env.get_template("stream.html")
     for tap in taps:
         for stream in tap["streams"]:
-            html = stream_template.render(**common, tap=tap, s=stream, home="../")
-            pages[stream["page"]] = html.encode("utf-8")
+            if stream["full"] is not None:  # read this run: the other streams' pages stay as they are
+                html = stream_template.render(**common, tap=tap, s=stream["full"], home="../")
+                pages[stream["page"]] = html.encode("utf-8")
     what_template = env.get_template("what.html")
     for what in whats or []:
         pages[what["page"]] = what_template.render(**common, w=what, home="../").encode("utf-8")
@@ -352,28 +272,57 @@ def render(taps: list[dict], lake_findings: list[Finding] | None, root: str, now
     return pages
 
 
-def build_site(lake: Lake, verified: VerifyResult | None = None, now: int | None = None) -> Site:
+def index_row(doc: dict) -> dict:
+    """What the index shows of a stream (kept in the site's view, so an unchanged stream is not read again):
+    its numbers and times, and its table's version, Iceberg twin and JSON-text columns."""
+    if doc.get("problem"):
+        return {"problem": doc["problem"]}
+    row = {key: doc[key] for key in ("records", "files", "bytes", "start", "end", "last_commit", "last_commit_ms")}
+    table = None
+    if tables := doc["tables"]:
+        json_text = sum(1 for column in tables["columns"] if column["json_text"])
+        table = {"version": tables["version"], "iceberg": "iceberg" in tables, "json_text": json_text}
+    return {"problem": None, **row, "version_count": len(doc["versions"]), "table": table}
+
+
+def build_site(lake: Lake, verified: VerifyResult | None = None, now: int | None = None, view_of: ViewOf | None = None) -> Site:
     """The site's pages, read from the lake's metadata, and the index of its pushed files. A stream whose
     manifest is missing or invalid, or whose metadata cannot be read, gets a page saying so and is listed
-    in ``problems``; so does a what whose index cannot be read. A lake of files alone has no taps."""
+    in ``problems``; so does a what whose index cannot be read. A lake of files alone has no taps.
+
+    ``view_of(tap)`` gives the tap's view as the site kept it: then only the streams to visit (SPEC.md §16)
+    are read and get their pages written, the index showing the others as the view has them; the run's
+    views are in ``Site.views``. With ``verified``, every stream is read (and the next run reads every
+    stream again, to drop the findings from the pages)."""
     now = now_ms() if now is None else now
     root = lake.root_metadata()
     tap_ids = sorted(set(root["taps"]) | set(lake.listed_taps()))
-    stream_ids = [(tap, stream) for tap in tap_ids for stream in lake.listed_streams(tap)]
+    known = {tap: None if verified or view_of is None else view_of(tap) for tap in tap_ids}
+    plans = {tap: plan_tap(lake, tap, known[tap], "verify" if verified else "") for tap in tap_ids}
+    to_read = [(tap, stream) for tap, plan in plans.items() for stream in plan.read]
     failures = Failures()
-    docs = for_each_stream(stream_ids, lambda tap, stream: stream_doc(lake, tap, stream, now), failures)
+    docs = for_each_stream(to_read, lambda tap, stream: stream_doc(lake, tap, stream), failures)
     problems: list[StreamFailure] = []
     failures.deliver(problems)
     cause = {(p.tap_id, p.stream): p.cause for p in problems}
+    stream_ids = [(tap, stream) for tap, plan in plans.items() for stream in plan.streams]
     status, lake_findings = verify_by_stream(verified, stream_ids, lake) if verified else ({}, None)
-    taps = []
-    for tap_id in tap_ids:
+    taps, views = [], {}
+    for tap_id, plan in plans.items():
         notes = root["taps"].get(tap_id)
         notes = notes if isinstance(notes, dict) else {}  # a tap only on storage, or a hand-edited entry
-        streams = []
-        for sid in (sid for sid in stream_ids if sid[0] == tap_id):
-            stream = docs.get(sid, {"problem": cause.get(sid)})
-            streams.append({"problem": None, **stream, "name": sid[1], "page": page_name(*sid), "verify": status.get(sid)})
+        computed, streams = {}, []
+        for name in plan.streams:
+            sid = (tap_id, name)
+            stream = None
+            if name in plan.read:
+                stream = {"problem": None, **docs.get(sid, {"problem": cause.get(sid)}), "name": name, "page": page_name(*sid)}
+                computed[name] = Entry(index_row(stream), plan.heads.get(name), failed=sid in cause)
+            row = computed[name].doc if name in computed else plan.view.streams[name].doc
+            age = age_text(row["last_commit_ms"], now) if row.get("last_commit_ms") is not None else None
+            shown = {**row, "name": name, "page": page_name(*sid), "verify": status.get(sid), "age": age}
+            streams.append({**shown, "full": stream and {**stream, "verify": status.get(sid)}})
+        views[tap_id] = updated(plan.view, plan.visit, computed)
         taps.append(
             {
                 "tap_id": tap_id,
@@ -384,18 +333,26 @@ def build_site(lake: Lake, verified: VerifyResult | None = None, now: int | None
         )
     whats, what_problems = what_docs(lake.storage)
     pages = render(taps, lake_findings, lake.storage.url, now, whats)
-    return Site(pages, len(stream_ids), [*problems, *what_problems], len(whats))
+    site = Site(pages, len(stream_ids), [*problems, *what_problems], len(whats), views, len(to_read))
+    site.names = {INDEX, *(what["page"] for what in whats), *(page_name(*sid) for sid in stream_ids)}
+    site.walked = any(plan.visit.streams is None for plan in plans.values())
+    site.known = known
+    return site
 
 
 # -- writing ---------------------------------------------------------------------------------------------
-def write_site(site: Site, storage: Storage, prefix: str = "") -> None:
+def write_site(site: Site, storage: Storage, prefix: str = "", lake_url: str = "") -> None:
     """Stream and what pages first, the index last (it never links to a page not yet written), then
-    delete the pages of streams and whats no longer in the lake. Pages are derived data: no fsync."""
+    delete the pages of streams and whats no longer in the lake (stream pages only when a tap's every
+    stream was read: an incremental run knows its streams are all still there), then keep the views (with
+    ``lake_url``, the lake's; last, so a run that stopped before is done again). Derived data: no fsync."""
     for name, html in site.pages.items():
         if name != INDEX:
             storage.write(prefix + name, html, durable=False, content_type=HTML)
     storage.write(prefix + INDEX, site.pages[INDEX], durable=False, content_type=HTML)
-    for folder in (STREAM_PAGES, FILE_PAGES):
+    folders = (STREAM_PAGES, FILE_PAGES, VIEW_DIR) if site.walked or not site.views else (FILE_PAGES,)
+    kept = {view_key("", tap) for tap in site.views}
+    for folder in folders:
         try:
             old = [info.key for info in storage.list(prefix + folder)]
         except NotFound:
@@ -403,5 +360,10 @@ def write_site(site: Site, storage: Storage, prefix: str = "") -> None:
         for key in old:
             name = key[len(prefix) :]
             # only the pages themselves: never anything deeper (a site written into a lake root has files/ beside it)
-            if name.endswith(".html") and "/" not in name[len(folder) :] and name not in site.pages:
+            flat = "/" not in name[len(folder) :]
+            if flat and (name.endswith(".html") and name not in site.names or folder == VIEW_DIR and name not in kept):
                 storage.delete(key)
+    if lake_url:
+        for tap, view in site.views.items():
+            if view != site.known.get(tap):
+                write_view(storage, prefix + view_key("", tap), view, "docs", lake_url, tap)
