@@ -120,7 +120,7 @@ class Drain:
     def close(self) -> None:
         """Release every lock, side by side (also after a failure: uncommitted files stay invisible), but
         those of streams whose catalogue entry could not be written: left to go stale, so that the next
-        writer takes them over and writes it (SPEC.md §9). Commits no STATE covered get their change marker."""
+        writer takes them over and writes it (SPEC.md §9). First, the run's closing change marker (SPEC.md §16)."""
         try:
             self._unmarked.mark(final=True)
         except Exception as exc:  # no STATE depends on it: a tap that resends those records marks them again

@@ -10,9 +10,7 @@ import functools
 import json
 from collections.abc import Iterator
 from itertools import islice
-from typing import Any
-
-from pyspark.sql import types as T
+from typing import TYPE_CHECKING, Any
 
 from singerlake.format.datafile import open_data_file
 from singerlake.format.errors import ProjectionError
@@ -21,22 +19,29 @@ from singerlake.format.manifest import Manifest
 from singerlake.format.messages import message_record
 from singerlake.format.needs import StatsReader
 from singerlake.format.positions import Position, already_replayed, entry_runs
-from singerlake.spark.schema import struct_type
 from singerlake.storage import Storage
 from singerlake.times import record_time_ms
 
-POSITION_COLUMNS = [
-    T.StructField("_singerlake_commit", T.LongType()),
-    T.StructField("_singerlake_index", T.LongType()),
-    T.StructField("_singerlake_version", T.StringType()),
-    T.StructField("_singerlake_time", T.TimestampType()),
-]
+if TYPE_CHECKING:
+    from pyspark.sql import types as T
+
 BATCH_ROWS = 8192
 
 
 def columns(json_schema: dict, needs: dict[str, Need]) -> T.StructType:
-    """The DataFrame schema of records under ``json_schema`` whose values need ``needs``: its properties, then POSITION_COLUMNS."""
-    return T.StructType(struct_type(json_schema, needs).fields + POSITION_COLUMNS)
+    """The DataFrame schema of records under ``json_schema`` whose values need ``needs``: its properties, then the
+    position columns."""
+    from pyspark.sql import types as T  # here: a projection with nothing to do never imports Spark
+
+    from singerlake.spark.schema import struct_type
+
+    positions = [
+        T.StructField("_singerlake_commit", T.LongType()),
+        T.StructField("_singerlake_index", T.LongType()),
+        T.StructField("_singerlake_version", T.StringType()),
+        T.StructField("_singerlake_time", T.TimestampType()),
+    ]
+    return T.StructType(struct_type(json_schema, needs).fields + positions)
 
 
 def plan_files(manifest: Manifest, hashes: set[str], after: Position | None, until: int) -> list[dict]:
@@ -124,7 +129,7 @@ def file_batches(
     storage: Storage, schema: T.StructType, properties: dict, needs: dict[str, Need], file: dict, fixed: bool = False
 ) -> Iterator[Any]:
     """Arrow batches of one planned file (``plan_files``) under ``schema``: the properties typed by
-    ``exact`` (the projection's ``typed_table``), then POSITION_COLUMNS. ``fixed``: ``needs`` were found
+    ``exact`` (the projection's ``typed_table``), then the position columns. ``fixed``: ``needs`` were found
     from other records (streaming), so a value needing more fails, naming its column."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema

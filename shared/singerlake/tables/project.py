@@ -118,6 +118,11 @@ def named_properties(lake: Lake, selected: list[tuple[str, str]], named: list[st
     return streams
 
 
+def selected_names(lake: Lake, tap_id: str, stream: str | None) -> list[str]:
+    """The tap's streams (from its catalogue), or the one named."""
+    return [name for _, name in selected_streams(lake, tap_id, stream)]
+
+
 def chosen_types(lake: Lake, selected: list[tuple[str, str]], types: dict | list[str] | None) -> overrides.Chosen:
     """The column types the user chose, checked against the selected streams' properties (ConfigError:
     exit 2, before any work). Only the streams a choice may name are read."""
@@ -167,15 +172,21 @@ def project(
     formats = ["delta" if fmt == "parquet" else fmt for fmt in (formats or ["delta"])]
     catalog = check_formats(lake, formats, iceberg_catalog)
     found = Failures()
-    selected = selected_streams(lake, tap_id, stream)
-    partitioned = chosen_partitions(lake, selected, partition_by)
-    wanted = Wanted(hard_delete, "csv" in formats, chosen_types(lake, selected, types), partitioned, rebuild)
-    heads = {tap: read_heads(lake.storage, tap) for tap in sorted({tap for tap, _ in selected})}
+    taps = [tap_id] if tap_id else lake.taps()
+    heads = {tap: read_heads(lake.storage, tap) for tap in taps}
     readings = {}  # per tap, what its change log says to visit (SPEC.md §16); a named stream or a rebuild visits all
     if stream is None and not rebuild:
         asked = options_digest([formats, hard_delete, types, partition_by, iceberg_catalog])
-        readings = {tap: read_changes(lake.storage, tap, heads[tap].changes, asked) for tap in heads}
-        selected = [(tap, name) for tap, name in selected if readings[tap].streams is None or name in readings[tap].streams]
+        readings = {tap: read_changes(lake.storage, tap, heads[tap].changes, asked) for tap in taps}
+    named = {tap: r.streams for tap, r in readings.items() if r.streams is not None and not (types or partition_by)}
+    # streams the log names are visited as named (the catalogue may not list them yet); the catalogue, with
+    # every stream's schema, is read only to visit every stream or to check the streams options name
+    selected = [(tap, name) for tap in taps for name in (sorted(named[tap]) if tap in named else selected_names(lake, tap, stream))]
+    partitioned = chosen_partitions(lake, selected, partition_by)
+    wanted = Wanted(hard_delete, "csv" in formats, chosen_types(lake, selected, types), partitioned, rebuild)
+    selected = [
+        (tap, name) for tap, name in selected if tap not in readings or readings[tap].streams is None or name in readings[tap].streams
+    ]
 
     def run(streams: list[tuple[str, str]], hinted: bool) -> tuple[dict, dict, list]:
         """Plan, write and commit ``streams``: (plans, summaries of the committed, the streams planned from
