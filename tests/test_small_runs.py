@@ -132,3 +132,37 @@ def test_executors_writing_a_batch_or_running_a_lake_job_do_not_import_pandas(wo
     assert report_seq == -1 and results == [[0, "2"], [1, "10"]]
     for imported in (json.loads(report), json.loads(job_report)):
         assert imported["pandas_before"] is False and imported["pandas_after"] is False, imported
+
+
+SMALL_PROJECT = """
+import json, sys
+from singerlake import Lake, open_storage
+from singerlake.spark.session import OnDemand
+from singerlake.tables.project import project
+
+
+def no_spark():
+    raise AssertionError("a run of one task on a local master starts no Spark")
+
+
+results = project(Lake(open_storage(sys.argv[1])), OnDemand(no_spark, "local[2]"))
+imported = "pandas" in sys.modules
+import pyarrow as pa
+
+frame = pa.table({"id": [1, 2]}).to_pandas()  # pyarrow still finds pandas for what needs it
+print(json.dumps({"rows": [r["rows"] for r in results], "pandas": imported, "frame": list(frame["id"])}))
+"""
+
+
+def test_a_small_projection_imports_no_pandas_and_pandas_still_works_after(tmp_path):
+    """pyarrow imports pandas (0.3-1 s) at its first conversion of Python values: a small run's projection, in the
+    driver, finds no pandas among its modules after it, and ``to_pandas`` still works after that."""
+    from support.lakes import land, local_lake_at, record_msg, schema_msg, state_msg
+
+    lake = local_lake_at(tmp_path)
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}}
+    lines = [schema_msg("users", schema, ["id"]), *(record_msg("users", {"id": i, "name": f"n{i}"}) for i in range(3))]
+    land(lake.config, b"\n".join([*lines, state_msg({"done": 1})]) + b"\n")
+    result = subprocess.run([sys.executable, "-c", SMALL_PROJECT, lake.config["lake_root"]], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"rows": [3], "pandas": False, "frame": [1, 2]}

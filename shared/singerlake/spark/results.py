@@ -8,6 +8,7 @@ first task.
 
 from __future__ import annotations
 
+import sys
 from array import array
 from typing import Any
 
@@ -37,3 +38,27 @@ def result_batch(kinds: dict[str, str], **columns: list) -> Any:
         else:
             arrays.append(pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(array("q", values))]))
     return pa.RecordBatch.from_arrays(arrays, names=list(columns))
+
+
+class _NoPandas:
+    """A finder that makes ``import pandas`` fail, for the moment pyarrow probes for it."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas":
+            raise ImportError("pandas is not probed for")
+
+
+def arrow_without_pandas() -> None:
+    """Let pyarrow find no pandas at its first conversion of Python values (``pa.array`` of a list). It would
+    import pandas, 0.3-1 s, only to ask whether the values are pandas objects, which ours never are. pyarrow
+    tries again, and imports pandas, when something does need it (``to_pandas``, ``from_pandas``)."""
+    if "pandas" in sys.modules:
+        return
+    import pyarrow as pa
+
+    probe = _NoPandas()
+    sys.meta_path.insert(0, probe)
+    try:
+        pa.array([0])
+    finally:
+        sys.meta_path.remove(probe)

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from singerlake.errors import one_line
 from singerlake.spark.errors import StreamsFailed
 from singerlake.spark.masters import is_connect
-from singerlake.spark.results import result_batch, result_schema
+from singerlake.spark.results import arrow_without_pandas, result_batch, result_schema
 from singerlake.spark.session import runs_here, session_of
 
 RESULT_COLUMNS = {"seq": "long", "result": "string"}
@@ -46,6 +46,7 @@ def _run_item(work: Callable[[dict], Any], item: str) -> str:
 
 
 def _run_partition(work: Callable[[dict], Any], threads: int, batches: Iterator[Any]) -> Iterator[Any]:
+    arrow_without_pandas()  # before the threads: nothing else imports meanwhile
     # Work items wait on storage (local reads, S3 requests) far more than on the CPU: overlap them.
     with ThreadPoolExecutor(threads) as pool:
         for batch in batches:
@@ -73,6 +74,7 @@ def run_items(
 
     if not items:
         return []
+    arrow_without_pandas()
     tasks = max(1, math.ceil(len(items) / items_per_task))
     table = pa.table({"seq": pa.array(range(len(items)), pa.int64()), "item": pa.array([json.dumps(i) for i in items], pa.string())})
     if runs_here(spark, tasks == 1):
