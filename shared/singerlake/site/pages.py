@@ -285,6 +285,23 @@ def index_row(doc: dict) -> dict:
     return {"problem": None, **row, "version_count": len(doc["versions"]), "table": table}
 
 
+def tap_streams(tap_id: str, plan: TapPlan, docs: dict, cause: dict, status: dict, now: int) -> tuple[list[dict], dict[str, Entry]]:
+    """A tap's streams as the index shows them, each with its whole doc (``full``) when it was read this run
+    (its page is written), else None; and the view's entries of the streams read."""
+    streams, computed = [], {}
+    for name in plan.streams:
+        sid = (tap_id, name)
+        full = None
+        if name in plan.read:
+            full = {"problem": None, **docs.get(sid, {"problem": cause.get(sid)}), "name": name, "page": page_name(*sid)}
+            full["verify"] = status.get(sid)
+            computed[name] = Entry(index_row(full), plan.heads.get(name), failed=sid in cause)
+        row = computed[name].doc if name in computed else plan.view.streams[name].doc
+        age = age_text(row["last_commit_ms"], now) if row.get("last_commit_ms") is not None else None  # the index is rewritten each run
+        streams.append({**row, "name": name, "page": page_name(*sid), "verify": status.get(sid), "age": age, "full": full})
+    return streams, computed
+
+
 def build_site(lake: Lake, verified: VerifyResult | None = None, now: int | None = None, view_of: ViewOf | None = None) -> Site:
     """The site's pages, read from the lake's metadata, and the index of its pushed files. A stream whose
     manifest is missing or invalid, or whose metadata cannot be read, gets a page saying so and is listed
@@ -311,17 +328,7 @@ def build_site(lake: Lake, verified: VerifyResult | None = None, now: int | None
     for tap_id, plan in plans.items():
         notes = root["taps"].get(tap_id)
         notes = notes if isinstance(notes, dict) else {}  # a tap only on storage, or a hand-edited entry
-        computed, streams = {}, []
-        for name in plan.streams:
-            sid = (tap_id, name)
-            stream = None
-            if name in plan.read:
-                stream = {"problem": None, **docs.get(sid, {"problem": cause.get(sid)}), "name": name, "page": page_name(*sid)}
-                computed[name] = Entry(index_row(stream), plan.heads.get(name), failed=sid in cause)
-            row = computed[name].doc if name in computed else plan.view.streams[name].doc
-            age = age_text(row["last_commit_ms"], now) if row.get("last_commit_ms") is not None else None
-            shown = {**row, "name": name, "page": page_name(*sid), "verify": status.get(sid), "age": age}
-            streams.append({**shown, "full": stream and {**stream, "verify": status.get(sid)}})
+        streams, computed = tap_streams(tap_id, plan, docs, cause, status, now)
         views[tap_id] = updated(plan.view, plan.visit, computed)
         taps.append(
             {
