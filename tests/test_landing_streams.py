@@ -142,14 +142,15 @@ def test_a_first_batch_on_new_streams_costs_four_storage_requests_per_stream(lak
     lock's release (in the last batch, as soon as the stream is committed); per run the first open's
     read of its manifest (none) and the listing of the tap's streams that tells the others they are
     new, and the catalogue and singerlake.json (read, rebuilt from a listing since neither exists yet,
-    written). Data files are written by executors."""
+    written). Data files are written by executors (or, when the input ended before Spark began to start, by the driver)."""
     streams = PARALLEL_STREAMS
     lines, sent = many_streams(streams=streams, records_per_batch=2, batches=1)
     target = cut_at_each_state(lake, max_batch_age_seconds=300)  # one batch, cut by the end of input: the last
     counting, marks = count_requests(target)
     assert len(listen(target, lines)) == 1
 
-    by_request = Counter((method, kind_of(key)) for method, key in counting.requests)
+    data = [key for _, key in counting.requests if key.endswith(".singer.gz")]  # written here when Spark had not begun to start
+    by_request = Counter((method, kind_of(key)) for method, key in counting.requests if not key.endswith(".singer.gz"))
     assert by_request == {
         ("read", "manifest.json"): 1,  # the run's first open: none, so it lists the tap's streams
         ("list_dirs", f"raw/{TAP}/"): 2,  # the run's listing of the tap's streams; the catalogue's rebuild
@@ -162,12 +163,32 @@ def test_a_first_batch_on_new_streams_costs_four_storage_requests_per_stream(lak
         ("read", "singerlake.json"): 1,
         ("write", "singerlake.json"): 1,
     }, by_request
-    assert len(counting.requests) == 4 * streams + 8
+    assert len(counting.requests) - len(data) == 4 * streams + 8
     assert counting.requests[marks[0] :] == [], "the last batch released each lock once its stream was committed, before the STATE"
     for stream, records in sent.items():
         assert lake.stored(stream) == [record.rstrip(b"\n") for record in records]
         assert {entry["work_id"] for entry in lake.manifest(stream)["files"]} == {target.lander.settings.work_id}
     assert lake.locks() == []
+
+
+def test_a_run_whose_input_ends_before_spark_starts_is_written_by_the_driver(local_lake, monkeypatch):
+    """SPEC.md §10: with a Spark of this machine, a run whose input ended before Spark began to start is one batch
+    the driver writes itself (the same files and metadata); no Spark session is started. Cut into batches, Spark runs."""
+    import target_singerlake.target
+
+    monkeypatch.setattr(target_singerlake.target, "LOCAL_START_DEFER_S", 600)  # Spark begins only when a batch asks for it
+    lines, sent = many_streams(streams=3, records_per_batch=2, batches=1)
+    target = cut_at_each_state(local_lake, max_batch_age_seconds=300)
+    assert len(listen(target, lines)) == 1
+    assert target.spark.started() is None, "no Spark session was started"
+    for stream, records in sent.items():
+        assert local_lake.stored(stream) == [record.rstrip(b"\n") for record in records]
+        assert [entry["records"] for entry in local_lake.manifest(stream)["files"]] == [2]
+
+    lines, sent = many_streams(streams=3, records_per_batch=2, batches=2)  # the first batch is cut before the input ends
+    target = cut_at_each_state(local_lake, rows=6, max_batch_age_seconds=300)
+    assert len(listen(target, lines)) == 2
+    assert target.spark.started() is not None, "a run of several batches runs them on Spark"
 
 
 def test_a_stream_with_data_but_no_manifest_is_seeded_from_a_scan_not_taken_for_new(local_lake):

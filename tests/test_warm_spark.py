@@ -118,11 +118,11 @@ def singer_input(records: int) -> bytes:
     return b"".join(json.dumps(line).encode() + b"\n" for line in lines)
 
 
-def land(env: dict, tmp_path: Path, spark_conf: dict | None = None) -> subprocess.CompletedProcess:
+def land(env: dict, tmp_path: Path, spark_conf: dict | None = None, records: int = 10, **settings) -> subprocess.CompletedProcess:
     config = tmp_path / "target.json"
-    config.write_text(json.dumps({"tap_id": "tap-warm", "lake_root": str(tmp_path / "lake"), "spark_conf": spark_conf or {}}))
+    config.write_text(json.dumps({"tap_id": "tap-warm", "lake_root": str(tmp_path / "lake"), "spark_conf": spark_conf or {}, **settings}))
     return subprocess.run(
-        [str(BIN / "target-singerlake"), "--config", str(config)], input=singer_input(10), capture_output=True, env=env, timeout=HANG_S
+        [str(BIN / "target-singerlake"), "--config", str(config)], input=singer_input(records), capture_output=True, env=env, timeout=HANG_S
     )
 
 
@@ -153,8 +153,12 @@ def test_start_status_a_landing_on_it_and_stop(warm, tmp_path):
 
     landed = land(warm, tmp_path)
     assert landed.returncode == 0, landed.stderr.decode()
-    assert spark_jobs(ui) > jobs  # the landing's jobs ran on the warm server
+    assert "in this process" in landed.stderr.decode() and spark_jobs(ui) == jobs, "its input ended before Spark began: none ran"
     assert landed_records(warm, tmp_path) == 10
+    landed = land(warm, tmp_path, records=30, batch_max_rows=10)  # batches cut before the input ends
+    assert landed.returncode == 0, landed.stderr.decode()
+    assert spark_jobs(ui) > jobs  # the landing's jobs ran on the warm server
+    assert landed_records(warm, tmp_path) == 40
 
     stopped = singerlake(warm, "spark", "stop")
     assert stopped.returncode == 0 and f"pid {state['pid']}" in stopped.stdout

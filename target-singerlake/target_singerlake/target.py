@@ -34,9 +34,9 @@ from singerlake.settings import LAKE_LOCATION, invalid_settings, lake_root, stor
 from singerlake.spark import warm
 from singerlake.spark.errors import SparkStartError
 from singerlake.spark.java import ensure_java
-from singerlake.spark.masters import resolve_master, runs_on_this_machine
+from singerlake.spark.masters import is_in_process_master, resolve_master, runs_on_this_machine
 from singerlake.spark.placement import check_lake_reachable, conf_of_setting
-from singerlake.spark.session import SparkStarter, spark_session, stop_session
+from singerlake.spark.session import LOCAL_START_DEFER_S, SparkStarter, spark_session, stop_session
 from singerlake.storage import StorageError, proven
 
 
@@ -232,8 +232,10 @@ class TargetSingerlake(Target):
                 master=master, app_name=f"target-singerlake {self._tap_id()}", conf=conf, remote=remote, warm=self.config.get("spark_warm")
             )
 
-        starter = SparkStarter(start, warm_up)
-        # User settings or someone else's cluster (executors checked): fail before reading any input.
+        # Spark of this machine starts once the input is more than a moment's, so a run whose input ended
+        # before writes its one batch itself; user settings or someone else's cluster: fail before reading any input.
+        eager = bool(conf) or not (remote is None and is_in_process_master(master))
+        starter = SparkStarter(start, warm_up, defer_s=None if eager else LOCAL_START_DEFER_S)
         if conf or not self._on_this_machine():
             try:
                 starter()

@@ -35,9 +35,9 @@ from singerlake.format.manifest import Manifest
 from singerlake.format.needs import properties_of
 from singerlake.format.scan import scan_stream
 from singerlake.lake import Lake
+from singerlake.landing import spark_write
 from singerlake.landing.batch import ActivateVersion, Batch, Segment
 from singerlake.landing.errors import LandingError, RootUnusable
-from singerlake.landing.spark_write import FileJob, batch_table, jobs_in_group, label_jobs, preload_spark_imports, write_with_spark
 from singerlake.landing.writer import SchemaWriter
 from singerlake.pause import pause_point
 from singerlake.storage import NotFound, PreconditionFailed, StorageError
@@ -159,6 +159,7 @@ class Drain:
 
     def _run(self, job: DrainJob) -> None:
         started = time.monotonic()
+        here = job.final and getattr(self.spark, "skip", lambda: False)()  # the run's only batch, before Spark began to start
         segments = job.batch.segments()
         records = sum(segment.records for segment in segments)
         writers = [self.open_writer(segment.schema).result() for segment in segments]  # manifests exist first (§7)
@@ -166,7 +167,7 @@ class Drain:
         to_take = {id(writer): writer for writer in writers if not writer.taken and writer.stream not in unlocked}
         for taking in [self._pool.submit(self._take, writer) for writer in to_take.values()]:
             taking.result()
-        files = self._write(segments) if segments else []
+        files = self._write(segments, here) if segments else []
         if self.settings.confirm_files:
             self._confirm_stored([file for segment_files in files for file in segment_files])
         written = time.monotonic()
@@ -190,7 +191,7 @@ class Drain:
             self._release(job.batch.streams)  # those whose entries had to be written first
         if job.state is not None:
             self.emit_state(job.state)
-        self._report(records, len(job.batch.streams), sum(len(f) for f in files), started, written)
+        self._report(records, len(job.batch.streams), sum(len(f) for f in files), started, written, here)
 
     def open_writer(self, schema: Any) -> Future[SchemaWriter]:
         """The stream-schema's writer, opening (manifest read, lock) on the pool if it is new to this run."""
@@ -303,8 +304,9 @@ class Drain:
             compresslevel=s.compresslevel,
         )
 
-    def _write(self, segments: list[Segment]) -> list[list[dict]]:
-        """One Spark job for every segment of the batch; each segment's file records, in record order."""
+    def _write(self, segments: list[Segment], here: bool) -> list[list[dict]]:
+        """One Spark job for every segment of the batch (or the same work ``here``, SPEC.md §10); each segment's
+        file records, in record order."""
         s = self.settings
         jobs = []
         for segment in segments:
@@ -312,15 +314,17 @@ class Drain:
             paths = self.lake.paths(s.tap_id, segment.stream)
             member = gzip_member(schema.line + b"\n", s.compresslevel)
             properties = properties_of(schema.message.get("schema"))
-            jobs.append(FileJob(self.lake.storage, paths, schema.hash, member, s.max_file_bytes, s.work_id, properties))
-        table = batch_table([segment.chunks for segment in segments])
+            jobs.append(spark_write.FileJob(self.lake.storage, paths, schema.hash, member, s.max_file_bytes, s.work_id, properties))
+        table = spark_write.batch_table([segment.chunks for segment in segments])
         for segment in segments:
             segment.chunks = []  # the table holds the only copy now
+        if here:
+            return spark_write.write_here(jobs, table)
         if getattr(self.spark, "started", lambda: True)() is None:
-            preload_spark_imports()  # Spark is still starting: load meanwhile what its first job would import
+            spark_write.preload_spark_imports()  # Spark is still starting: load meanwhile what its first job would import
         spark = self.spark()
-        label_jobs(spark, self.job_group(self._batches + 1), f"{len(segments)} segment(s), {table.num_rows} chunk(s)")
-        return write_with_spark(spark, jobs, table)
+        spark_write.label_jobs(spark, self.job_group(self._batches + 1), f"{len(segments)} segment(s), {table.num_rows} chunk(s)")
+        return spark_write.write_with_spark(spark, jobs, table)
 
     def _confirm_stored(self, files: list[dict]) -> None:
         """Executors elsewhere (a cluster) must have written where the driver will look: check every
@@ -413,19 +417,18 @@ class Drain:
             self.lake.register_tap(self.settings.tap_id, self.settings.annotations)
             self._tap_due = False
 
-    def _report(self, records: int, streams: int, files: int, started: float, written: float) -> None:
+    def _report(self, records: int, streams: int, files: int, started: float, written: float, here: bool) -> None:
         self._batches += 1
         self._records += records
         elapsed = time.monotonic() - self._started
-        jobs = jobs_in_group(self.spark(), self.job_group(self._batches)) if files else 0
+        jobs = spark_write.jobs_in_group(self.spark(), self.job_group(self._batches)) if files and not here else 0
         log.info(
-            "batch %d: %d records of %d stream(s) in %d file(s) by %s Spark job(s): written in %.2fs, committed in %.2fs; "
-            "%s records so far (%s/s)",
+            "batch %d: %d records of %d stream(s) in %d file(s) %s: written in %.2fs, committed in %.2fs; %s records so far (%s/s)",
             self._batches,
             records,
             streams,
             files,
-            "?" if jobs is None else jobs,
+            "in this process" if here else f"by {'?' if jobs is None else jobs} Spark job(s)",
             written - started,
             time.monotonic() - written,
             f"{self._records:,}",

@@ -120,6 +120,7 @@ class Lander:
         self.stop_requested = False
         self.waiting_for_input = False
         self.drain = Drain(lake, settings, spark, emit_state, settings.queued_batches)
+        self._spark = spark
         # The batch belongs to whoever holds this: the reading loop per message, or the age watch.
         self._mutex = threading.Lock()
         self._stopped = threading.Event()
@@ -216,6 +217,7 @@ class Lander:
         if batch.full(self.max_rows, self.max_bytes):
             self._drain()
         elif batch.rows % 10_000 == 0:
+            getattr(self._spark, "begin", lambda: None)()  # not a tiny run: a deferred Spark starts now
             self._drain_if_old()
 
     def _validate(self, current: StreamSchema, line: bytes, number: int, stream: str) -> None:

@@ -29,7 +29,7 @@ from singerlake.format.layout import StreamPaths
 from singerlake.format.needs import FileNeeds
 from singerlake.spark.executors import default_parallelism
 from singerlake.spark.masters import is_connect
-from singerlake.spark.results import result_batch, result_schema
+from singerlake.spark.results import arrow_without_pandas, result_batch, result_schema
 from singerlake.storage import Storage
 from singerlake.times import new_file_id
 
@@ -100,6 +100,7 @@ def batch_table(segments: list[list[Chunk]]):
     """
     import pyarrow as pa
 
+    arrow_without_pandas()  # a run written in this process needs none; Spark's own imports bring it when it starts
     chunks = [chunk for segment in segments for chunk in segment]
     members = [chunk.member if isinstance(chunk.member, bytes) else chunk.member.result() for chunk in chunks]
     offsets = [0]
@@ -233,6 +234,17 @@ def write_with_spark(spark, jobs: list[FileJob], table) -> list[list[dict[str, A
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(per_partition))
     frame = spark.createDataFrame(table)
     rows = frame.mapInArrow(lambda batches: write_partition(jobs, batches), result_schema(**RESULT_COLUMNS)).collect()
+    return _files_of(jobs, rows)
+
+
+def write_here(jobs: list[FileJob], table) -> list[list[dict[str, Any]]]:
+    """The same work as ``write_with_spark``, in this process: for a run whose only batch came before Spark
+    began to start on this machine (its executors would be this machine anyway)."""
+    return _files_of(jobs, [row for batch in write_partition(jobs, iter(table.to_batches())) for row in batch.to_pylist()])
+
+
+def _files_of(jobs: list[FileJob], rows: list) -> list[list[dict[str, Any]]]:
+    """Each segment's file records, in record order, from the rows ``write_partition`` yields."""
     files: list[list[dict[str, Any]]] = [[] for _ in jobs]
     for row in sorted(rows, key=lambda row: (row["segment"], row["first_chunk"])):
         files[row["segment"]].append(json.loads(row["meta"]))

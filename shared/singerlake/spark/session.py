@@ -220,21 +220,34 @@ def stop_session(session, master: str) -> None:
         shutil.rmtree(Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent) / "work" / app_id, ignore_errors=True)
 
 
+LOCAL_START_DEFER_S = 0.5  # a landing's Spark on this machine starts this late: a run whose input ended before needs none
+
+
 class SparkStarter:
     """Starts a SparkSession in the background, so the JVM boots while input is being read.
 
     ``warm_up(session)`` (optional) then runs only if nobody has asked for the session yet: it
     prepares executors while a long input is read, and would only delay a short run's first job.
+    ``defer_s``: start only that long after construction (or when asked for sooner), so that a run
+    whose input ends before may ``skip`` Spark altogether.
     """
 
-    def __init__(self, factory, warm_up=None):
+    def __init__(self, factory, warm_up=None, defer_s: float | None = None):
         self._factory = factory
         self._warm_up = warm_up
         self._wanted = threading.Event()
         self._session = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._start, name="singerlake-spark-start", daemon=True)
-        self._thread.start()
+        self._lock = threading.Lock()
+        self._begun = self._skipped = False
+        self._timer = None
+        if defer_s is None:
+            self.begin()
+        else:
+            self._timer = threading.Timer(defer_s, self.begin)
+            self._timer.daemon = True
+            self._timer.start()
 
     def _start(self) -> None:
         try:
@@ -245,8 +258,25 @@ class SparkStarter:
         except BaseException as exc:  # reported by get() in the caller's thread
             self._error = exc
 
+    def begin(self, asked: bool = False) -> None:
+        """Start now, unless started, or skipped and not ``asked`` for."""
+        with self._lock:
+            if self._begun or (self._skipped and not asked):
+                return
+            self._begun = True
+            self._thread.start()
+
+    def skip(self) -> bool:
+        """Never start unless asked for: True when Spark had not begun to start (the caller does the work itself)."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._skipped = not self._begun
+            return self._skipped
+
     def __call__(self):
         self._wanted.set()
+        self.begin(asked=True)
         self._thread.join()
         if self._error is not None:
             raise SparkStartError(f"Spark failed to start: {self._error}") from self._error
