@@ -21,21 +21,11 @@ from singerlake.site.pages import page_name
 from singerlake.spark.session import OnDemand
 from singerlake.storage import LocalStorage, S3Storage
 from singerlake.tables.project import project
-from support.lakes import TAP, joined, land, local_lake_at, record_msg, s3_lake_at, schema_msg, state_msg
+from support.lakes import TAP, land, local_lake_at, notes_landing, s3_lake_at
 from support.s3_counter import counted_root
 from support.storage import Counting
 
-SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"}, "note": {"type": "string"}}}
 SPARK = OnDemand(lambda: pytest.fail("one-task runs of a local master start no Spark"), "local[2]")
-
-
-def landing(streams: list[str], first_id: int = 0, records: int = 5) -> bytes:
-    lines = [schema_msg(stream, SCHEMA, ["id"]) for stream in streams]
-    for stream in streams:
-        lines += [
-            record_msg(stream, {"id": i, "note": f"{stream} {i}"}, "2026-11-29T10:00:00.000Z") for i in range(first_id, first_id + records)
-        ]
-    return joined([*lines, state_msg({"done": first_id})])
 
 
 class Cli:
@@ -80,7 +70,7 @@ def landed(tmp_path, monkeypatch, capsys):
     """Twelve streams landed and projected; the command's views in this test's cache folder."""
     monkeypatch.setenv("SINGERLAKE_CACHE_DIR", str(tmp_path / "cache"))
     lake = local_lake_at(tmp_path)
-    land(lake.config, landing([f"s{n:02d}" for n in range(12)]))
+    land(lake.config, notes_landing([f"s{n:02d}" for n in range(12)]))
     project(Lake(LocalStorage(lake.config["lake_root"])), SPARK)
     return lake, Cli(lake.config["lake_root"], monkeypatch, capsys)
 
@@ -105,7 +95,7 @@ def test_a_no_op_ls_and_docs_read_no_stream_and_after_two_streams_changed_only_t
     assert cli.stream_reads() == set() and not cli.stream_dirs_listed(), cli.counting.requests
     assert site_pages(site) | {"index.html": b""} == before | {"index.html": b""}
 
-    land(lake.config, landing(["s03", "s07"], first_id=5))
+    land(lake.config, notes_landing(["s03", "s07"], first_id=5))
     text = cli.run("ls")
     assert cli.manifests_read() == ["s03", "s07"] and cli.stream_reads() == {"s03", "s07"}
     assert "locks shown of the 2 streams read this run" in text and "s03: 10 records" in text
@@ -126,7 +116,7 @@ def test_a_projected_stream_has_its_table_read_again_without_a_marker(landed, tm
     site = tmp_path / "site"
     cli.ls()
     cli.run("docs", "--publish")
-    land(lake.config, landing(["s05"], first_id=5))
+    land(lake.config, notes_landing(["s05"], first_id=5))
     cli.ls()
     cli.run("docs", "--publish")
     assert cli.stream_reads() == {"s05"}
@@ -170,7 +160,7 @@ def test_a_commit_no_marker_names_is_shown_once_the_view_is_a_day_old(landed, tm
     site = tmp_path / "site"
     cli.ls()
     cli.run("docs", "--out", str(site))
-    land(lake.config, landing(["s01"], first_id=5))
+    land(lake.config, notes_landing(["s01"], first_id=5))
     shutil.rmtree(Path(lake.config["lake_root"]) / log_prefix(TAP))  # as if its writer died before its marker
     assert cli.ls()["s01"]["records"] == 5, "not named: not read"
 
@@ -190,7 +180,7 @@ def test_a_commit_no_marker_names_is_shown_once_the_view_is_a_day_old(landed, tm
 def test_ls_lists_the_locks_of_the_streams_it_reads_and_keeps_when_it_listed_the_others(landed):
     lake, cli = landed
     schema = cli.ls()["s02"]["versions"][0]["schema_hash"]
-    land(lake.config, landing(["s02"], first_id=5))
+    land(lake.config, notes_landing(["s02"], first_id=5))
     held = {"writer-id": "w-1", "acquired": "1970-01-01T00:00:00Z", "refreshed": "1970-01-01T00:00:00Z", "lease_seconds": 60}
     locks = {stream: StreamPaths(TAP, stream).lock(schema) for stream in ("s02", "s03")}
     for lock in locks.values():
@@ -207,14 +197,14 @@ def test_ls_lists_the_locks_of_the_streams_it_reads_and_keeps_when_it_listed_the
 
 
 @pytest.mark.heavy
-def test_on_s3_a_no_op_ls_and_docs_of_2000_streams_make_a_constant_number_of_requests(
+def test_on_s3_a_no_op_ls_docs_and_project_of_2000_streams_make_a_constant_number_of_requests(
     request, moto_server, spark, tmp_path, monkeypatch, capsys
 ):
     """Built on a local lake (landed and projected once, on Spark), copied to the bucket uncounted, then each command counted."""
     monkeypatch.setenv("SINGERLAKE_CACHE_DIR", str(tmp_path / "cache"))
     streams = [f"t{n:04d}" for n in range(2000)]
     local = local_lake_at(tmp_path)
-    land(local.config, landing(streams, records=2))
+    land(local.config, notes_landing(streams, records=2))
     assert len(project(Lake(LocalStorage(local.config["lake_root"])), spark)) == 2000
     root = counted_root(request, moto_server)
     url, options = root
@@ -238,14 +228,27 @@ def test_on_s3_a_no_op_ls_and_docs_of_2000_streams_make_a_constant_number_of_req
         assert not [r.key for r in tally.requests if any(part in streams for part in r.key.split("/"))], "no object of any stream"
     assert sum(ls_tally.kinds.values()) <= 7, ls_tally.requests
     assert sum(docs_tally.kinds.values()) <= 10, docs_tally.requests
+    reader = Lake(S3Storage(url, **options))
+    with root.counter.counting() as project_tally:
+        assert project(reader, SPARK) == []
+    with capsys.disabled():
+        print("no-op project of 2,000 streams:", dict(project_tally.kinds))
+    assert not [r.key for r in project_tally.requests if any(part in streams for part in r.key.split("/"))], "no object of any stream"
+    assert sum(project_tally.kinds.values()) <= 6, project_tally.requests  # the bucket, singerlake.json, the heads, the log
 
     changed = streams[::200]
-    land(s3_lake_at(root).config, landing(changed, first_id=2, records=2))
+    land(s3_lake_at(root).config, notes_landing(changed, first_id=2, records=2))
     with root.counter.counting() as ls_tally:
         listed = cli.ls()
     with root.counter.counting() as docs_tally:
         cli.run("docs", "--publish")
-    print("after 10 streams changed, ls:", dict(ls_tally.kinds), "docs:", dict(docs_tally.kinds))
+    with root.counter.counting() as project_tally:
+        results = project(reader, SPARK)
+    with capsys.disabled():
+        print("after 10 streams changed, ls:", dict(ls_tally.kinds), "docs:", dict(docs_tally.kinds), "project:", dict(project_tally.kinds))
     assert [name for name, info in listed.items() if info["records"] == 4] == changed
     for tally in (ls_tally, docs_tally):
         assert len([r for r in tally.of("GET") if r.key.endswith("/manifest.json")]) == 10 and sum(tally.kinds.values()) <= 10 * 8 + 12
+    assert sorted(r["stream"] for r in results) == changed and all(r["rows"] == 4 for r in results)
+    manifest_gets = [r for r in project_tally.of("GET") if r.key.endswith("/manifest.json")]
+    assert len(manifest_gets) == 10 and sum(project_tally.kinds.values()) <= 10 * 12 + 8, project_tally.kinds

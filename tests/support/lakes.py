@@ -144,6 +144,19 @@ ORDERS = {"type": "object", "properties": {"order": {"type": "string"}, "total":
 
 
 # -- running the target --------------------------------------------------------------------------
+NOTES = {"type": "object", "properties": {"id": {"type": "integer"}, "note": {"type": "string"}}}
+
+
+def notes_landing(streams: list[str], first_id: int = 0, records: int = 5) -> bytes:
+    """A SCHEMA per stream, ``records`` records each (ids from ``first_id``), then one STATE: one batch of many streams."""
+    lines = [schema_msg(stream, NOTES, ["id"]) for stream in streams]
+    for stream in streams:
+        lines += [
+            record_msg(stream, {"id": i, "note": f"{stream} {i}"}, "2026-11-29T10:00:00.000Z") for i in range(first_id, first_id + records)
+        ]
+    return joined([*lines, state_msg({"done": first_id})])
+
+
 def land(config: dict, data: bytes, **settings) -> list[str]:
     """Run the target in-process on ``data``; returns the STATE lines it wrote to stdout."""
     target = TargetSingerlake(config={**config, **settings})
