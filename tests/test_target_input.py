@@ -76,7 +76,9 @@ def test_ctrl_c_commits_what_was_received_and_exits_130(tmp_path):
 
 
 def test_a_second_ctrl_c_stops_without_committing(tmp_path):
-    run = Interrupted(tmp_path)
+    # spark_conf: Spark starts at once and the batch waits for it (a run whose input ended before Spark began
+    # to start would be written by the driver at once, before the second Ctrl-C could arrive)
+    run = Interrupted(tmp_path, spark_conf={"spark.ui.enabled": "false"})
     run.send(schema_msg("users", USERS, ["id"]), *(record_msg("users", {"id": n}) for n in range(1000)), state_msg({"n": 1000}))
     run.wait_for(lambda: run.locks(), "writer's lock (the records were read)")
     run.proc.send_signal(signal.SIGINT)  # commit what was received ...
