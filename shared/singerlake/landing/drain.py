@@ -315,11 +315,13 @@ class Drain:
             member = gzip_member(schema.line + b"\n", s.compresslevel)
             properties = properties_of(schema.message.get("schema"))
             jobs.append(spark_write.FileJob(self.lake.storage, paths, schema.hash, member, s.max_file_bytes, s.work_id, properties))
-        table = spark_write.batch_table([segment.chunks for segment in segments])
+        chunks = [segment.chunks for segment in segments]
         for segment in segments:
-            segment.chunks = []  # the table holds the only copy now
+            segment.chunks = []
         if here:
-            return spark_write.write_here(jobs, table)
+            return spark_write.write_here(jobs, chunks)
+        table = spark_write.batch_table(chunks)
+        del chunks  # the table holds the only copy now
         if getattr(self.spark, "started", lambda: True)() is None:
             spark_write.preload_spark_imports()  # Spark is still starting: load meanwhile what its first job would import
         spark = self.spark()

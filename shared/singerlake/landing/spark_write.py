@@ -100,7 +100,6 @@ def batch_table(segments: list[list[Chunk]]):
     """
     import pyarrow as pa
 
-    arrow_without_pandas()  # a run written in this process needs none; Spark's own imports bring it when it starts
     chunks = [chunk for segment in segments for chunk in segment]
     members = [chunk.member if isinstance(chunk.member, bytes) else chunk.member.result() for chunk in chunks]
     offsets = [0]
@@ -237,9 +236,11 @@ def write_with_spark(spark, jobs: list[FileJob], table) -> list[list[dict[str, A
     return _files_of(jobs, rows)
 
 
-def write_here(jobs: list[FileJob], table) -> list[list[dict[str, Any]]]:
+def write_here(jobs: list[FileJob], segments: list[list[Chunk]]) -> list[list[dict[str, Any]]]:
     """The same work as ``write_with_spark``, in this process: for a run whose only batch came before Spark
     began to start on this machine (its executors would be this machine anyway)."""
+    arrow_without_pandas()  # Spark never starts in this run: nothing else imports pandas meanwhile
+    table = batch_table(segments)
     return _files_of(jobs, [row for batch in write_partition(jobs, iter(table.to_batches())) for row in batch.to_pylist()])
 
 
