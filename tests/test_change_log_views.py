@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -198,36 +199,39 @@ def test_ls_lists_the_locks_of_the_streams_it_reads_and_keeps_when_it_listed_the
 
 @pytest.mark.heavy
 def test_on_s3_a_no_op_ls_docs_and_project_of_2000_streams_make_a_constant_number_of_requests(
-    request, moto_server, spark, tmp_path, monkeypatch, capsys
+    request, seaweedfs_server, spark, tmp_path, monkeypatch, capsys
 ):
-    """Built on a local lake (landed and projected once, on Spark), copied to the bucket uncounted, then each command counted."""
+    """Built on a local lake (landed and projected once, on Spark), copied to the bucket uncounted, then each command counted.
+    On SeaweedFS: moto lists a bucket by walking every key in it, which a full `ls` of 2,000 streams pays per stream."""
     monkeypatch.setenv("SINGERLAKE_CACHE_DIR", str(tmp_path / "cache"))
     streams = [f"t{n:04d}" for n in range(2000)]
     local = local_lake_at(tmp_path)
     land(local.config, notes_landing(streams, records=2))
     assert len(project(Lake(LocalStorage(local.config["lake_root"])), spark)) == 2000
-    root = counted_root(request, moto_server)
+    root = counted_root(request, seaweedfs_server)
     url, options = root
-    upload = S3Storage(url, **{**options, "endpoint_url": moto_server.endpoint})  # not through the proxy: not counted
+    upload = S3Storage(url, **{**options, "endpoint_url": seaweedfs_server.endpoint})  # not through the proxy: not counted
     base = Path(local.config["lake_root"])
-    for path in sorted(p for p in base.rglob("*") if p.is_file() and not p.name.startswith(".")):
-        upload.write(path.relative_to(base).as_posix(), path.read_bytes(), durable=False)
+    files = sorted(p for p in base.rglob("*") if p.is_file() and not p.name.startswith("."))
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda path: upload.write(path.relative_to(base).as_posix(), path.read_bytes(), durable=False), files))
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", options["access_key_id"])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", options["secret_access_key"])
+    site = str(tmp_path / "site")  # the lake's reads are counted; the pages go to a local folder
     cli = Cli(url, monkeypatch, capsys, ("--s3-endpoint-url", options["endpoint_url"], "--s3-region", options["region"]))
     assert len(cli.ls()) == 2000
-    cli.run("docs", "--publish")
+    cli.run("docs", "--out", site)
 
     with root.counter.counting() as ls_tally:
         cli.ls()
     with root.counter.counting() as docs_tally:
-        assert "1 page (2,000 streams)" in cli.run("docs", "--publish")
+        assert "1 page (2,000 streams)" in cli.run("docs", "--out", site)
     with capsys.disabled():  # the commands' output is captured, not this
         print("no-op ls of 2,000 streams:", dict(ls_tally.kinds), "no-op docs:", dict(docs_tally.kinds))
     for tally in (ls_tally, docs_tally):
         assert not [r.key for r in tally.requests if any(part in streams for part in r.key.split("/"))], "no object of any stream"
     assert sum(ls_tally.kinds.values()) <= 7, ls_tally.requests
-    assert sum(docs_tally.kinds.values()) <= 10, docs_tally.requests
+    assert sum(docs_tally.kinds.values()) <= 7, docs_tally.requests  # the pages go to a local folder: the lake is only read
     reader = Lake(S3Storage(url, **options))
     with root.counter.counting() as project_tally:
         assert project(reader, SPARK) == []
@@ -241,7 +245,7 @@ def test_on_s3_a_no_op_ls_docs_and_project_of_2000_streams_make_a_constant_numbe
     with root.counter.counting() as ls_tally:
         listed = cli.ls()
     with root.counter.counting() as docs_tally:
-        cli.run("docs", "--publish")
+        cli.run("docs", "--out", site)
     with root.counter.counting() as project_tally:
         results = project(reader, SPARK)
     with capsys.disabled():
