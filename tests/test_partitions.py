@@ -222,11 +222,11 @@ def test_a_filter_on_a_partition_column_plans_only_its_partitions_files_in_singe
 
 @pytest.mark.parametrize(
     "exchange",
-    ["block files", "block files, each partition's blocks a task of their own, buckets cut by many", "shuffle"],
+    ["block files", "block files, each file, key bucket and partition's blocks a task of their own", "shuffle"],
 )
 def test_a_large_partitioned_stream_starts_its_table_on_spark_tasks_as_one_task_would(local_lake, spark, monkeypatch, exchange):
-    """Key buckets, then partitions (through files on this machine, Spark's shuffle on a cluster, as if
-    here): a key landed twice in the run on different days keeps only its latest row, deleted rows stay
+    """Partitions with keys beside them (through files on this machine), or key buckets then partitions (Spark's
+    shuffle on a cluster, as if here): a key landed three times on different days keeps only its latest row, deleted rows stay
     marked, and a partition of more rows than a part holds is several parts; the next run (one task)
     moves keys from those parts."""
     import singerlake.tables.partitioned
@@ -235,10 +235,11 @@ def test_a_large_partitioned_stream_starts_its_table_on_spark_tasks_as_one_task_
         monkeypatch.setattr(singerlake.tables.partitioned, "runs_elsewhere", lambda session: True)
     elif exchange.endswith("of their own"):  # a partition of more bytes than a task holds: split among tasks
         monkeypatch.setattr(singerlake.tables.partitioned, "PARTITION_TASK_BYTES", 1)
-        monkeypatch.setattr(singerlake.tables.partitioned, "KEY_TASK_BYTES", 1)  # and key buckets cut by many tasks
-    orders = [order(i, 1 + i % 4) for i in range(1, 61)]
-    orders += [order(7, 9, "moved"), order(8, 8) | {"_sdc_deleted_at": "2026-03-10T00:00:00Z"}, order(7, 6, "moved again")]
-    land_orders(local_lake, orders)
+        monkeypatch.setattr(singerlake.tables.partitioned, "KEY_TASK_BYTES", 1)  # and keys in many buckets
+        monkeypatch.setattr(singerlake.tables.partitioned, "READ_TASK_BYTES", 1)  # each landing's file read by a task of its own
+    land_orders(local_lake, [order(i, 1 + i % 4) for i in range(1, 61)])
+    land_orders(local_lake, [order(7, 9, "moved"), order(8, 8) | {"_sdc_deleted_at": "2026-03-10T00:00:00Z"}])
+    land_orders(local_lake, [order(7, 6, "moved again")])
     lake = open_lake(local_lake)
     result = project(lake, spark, TAP, partition_by=BY_DAY, small_stream_bytes=1, part_rows=4)[0]
     large = table_rows(local_lake)
