@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from singerlake.format.exact import decode, join_all, json_text, need_of, records_needs
 from singerlake.jobs.vacuum import vacuum
-from singerlake.tables import blocks, delta
+from singerlake.tables import blocks, delta, delta_log
 from singerlake.tables.blocks import bucket_of
 from singerlake.tables.delta import storage_options, table_key
 from singerlake.tables.plan import plan_stream, work_item
@@ -378,3 +378,26 @@ def test_vacuum_deletes_replaced_delta_and_staging_files_after_the_retention(loc
     with pytest.raises(Exception):  # noqa: B017  (delta-rs raises its own error types)
         DeltaTable(uri(local_lake), version=0).to_pyarrow_table()
     assert json.loads(json.dumps([d.to_dict() for d in deleted]))
+
+
+def test_a_state_of_many_parts_is_stored_compressed_and_the_next_run_plans_from_it(local_lake, spark):
+    """80 one-row parts: the commit stores their list compressed (every Delta reader parses the whole log
+    entry), the next run reads it back and rewrites only the part holding the key it updates."""
+    land_records(local_lake, [json.dumps({"id": n, "amount": n, "big": n, "huge": n}) for n in range(1, 81)])
+    project(open_lake(local_lake), spark, TAP, part_rows=1)
+    key = table_key(TAP, STREAM)
+    entry = delta_log.read_actions(local_lake.storage, key, 0)
+    stored = next(action["commitInfo"] for action in entry if "commitInfo" in action)["singerlake"]
+    state = delta.latest(local_lake.storage, key).state
+    assert isinstance(stored["parts"], str) and len(state["parts"]) == 80
+    assert len(stored["parts"]) < len(json.dumps(state["parts"])) / 4
+    before = set(DeltaTable(uri(local_lake)).file_uris())
+
+    land_records(local_lake, ['{"id": 7, "amount": 70, "big": 7, "huge": 7}'])
+    assert project(open_lake(local_lake), spark, TAP, part_rows=1)[0]["version"] == 1
+    table = DeltaTable(uri(local_lake))
+    after = set(table.file_uris())
+    assert len(before - after) == 1 and len(after - before) == 1, "only the part holding key 7 is rewritten"
+    rows = by_id(table.to_pyarrow_table().to_pylist())
+    assert len(rows) == 80 and rows[7]["amount"] == Decimal(70) and rows[8]["amount"] == Decimal(8)
+    assert len(delta.latest(local_lake.storage, key).state["parts"]) == 80
