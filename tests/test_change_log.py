@@ -1,7 +1,7 @@
 """The change log (SPEC.md §16): each landing names the streams it committed, before the STATE that covers
 them, and `project` visits only the streams named since its last run (every stream once a day, or when
 asked for something else). Landing through the real target (in-process, Spark local); project through
-the core with storage calls counted (on S3 at 2,000 streams: test_change_log_views.py)."""
+the core with storage calls counted (on S3 at 1,000 streams: test_change_log_views.py)."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ import itertools
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -51,11 +52,15 @@ def seed() -> int:
 
 @pytest.fixture
 def fs(tmp_path):
+    yield from mounted_on(tmp_path, tmp_path / "image")
+
+
+def mounted_on(tmp_path: Path, image: Path):
+    """The power-cut file system at ``tmp_path / "mnt"``, loaded with ``image`` (all of it durable)."""
     reason = why_unavailable()
     if reason:
         pytest.skip(reason)
-    image = tmp_path / "image"
-    image.mkdir()
+    image.mkdir(exist_ok=True)
     with PowerCutFS.start(tmp_path / "mnt", image, tmp_path / "control") as mounted:
         yield mounted
 
@@ -246,20 +251,43 @@ def run_job(job: str, lake: Path) -> subprocess.CompletedProcess:
     return done
 
 
+def job_input(directory: Path) -> SingerInput:
+    return make_input(directory / "input.singer.jsonl", JOB_RECORDS, 500, JOB_STREAMS, three_streams)
+
+
+@pytest.fixture(scope="module")
+def first_landing(tmp_path_factory) -> Path:
+    """The job scenarios' first landing (the input's first half), landed once for the module, off the mount: a
+    landing that is not cut is the same on any disk, and each scenario's mount starts from a copy of it."""
+    if why_unavailable():
+        pytest.skip(why_unavailable())
+    work = tmp_path_factory.mktemp("first-landing")
+    singer_input = job_input(work)
+    config = write_config(work, "config", lake_root=str(work / "image" / "lake"), batch_max_rows=200)
+    run_to_end(config, singer_input.lines[: singer_input.state_index[HALF] + 1], work, "land-0")
+    return work / "image"
+
+
+@pytest.fixture
+def landed_fs(tmp_path, first_landing):
+    shutil.copytree(first_landing, tmp_path / "image")
+    yield from mounted_on(tmp_path, tmp_path / "image")
+
+
 def job_rounds(fs: PowerCutFS, tmp_path: Path, rng: random.Random, singer_input: SingerInput, job, prepare, after) -> tuple[list, list]:
-    """Rounds of: a landing (not cut; the input's first half, then the rest), ``prepare()``, then ``job()``, cut at
-    random moments, until both landings are done and the cuts are enough. Returns the cuts, each with its round,
-    and ``after()`` of each round."""
-    pieces = [singer_input.lines[: singer_input.state_index[HALF] + 1], singer_input.resume_after(state_value(HALF, JOB_STREAMS))]
+    """Rounds of ``prepare()`` then ``job()``, cut at random moments, on the first half of the input (landed when the
+    mount started), then again after the rest is landed (not cut), then ``job()`` alone, until the cuts are enough.
+    Returns the cuts, each with its round, and ``after()`` of each round."""
     cuts: list[tuple[Path, int]] = []
     found = []
     for round_number in itertools.count():
         landed = functools.partial(int, round_number)  # what a cut of this round holds, read when it is taken
-        if round_number >= len(pieces) and len(cuts) >= CUTS:
+        if round_number >= 2 and len(cuts) >= CUTS:
             break
-        if round_number < len(pieces):
-            config = write_config(tmp_path, "config", lake_root=str(fs.mount / "lake"), batch_max_rows=200)
-            run_to_end(config, pieces[round_number], tmp_path, f"land-{round_number}")
+        if round_number < 2:
+            if round_number == 1:
+                config = write_config(tmp_path, "config", lake_root=str(fs.mount / "lake"), batch_max_rows=200)
+                run_to_end(config, singer_input.resume_after(state_value(HALF, JOB_STREAMS)), tmp_path, "land-1")
             prepare()
             fs.settle()  # the job's cuts test the job: what it starts from is on disk
         worker = ThreadWithResult(job)
@@ -275,11 +303,12 @@ def landed_in(singer_input: SingerInput, round_number: int) -> dict:
 
 
 @pytest.mark.parametrize("job", ["compact", "project", "vacuum", "repair"])
-def test_a_power_cut_during_a_lake_job_leaves_its_previous_or_next_state(fs, tmp_path, seed, job):
+def test_a_power_cut_during_a_lake_job_leaves_its_previous_or_next_state(landed_fs, tmp_path, seed, job):
     """Each cut holds every landed record, each manifest naming only whole files; the table is absent or whole,
     as one of the job's runs left it."""
+    fs = landed_fs
     lake, table = fs.mount / "lake", fs.mount / "lake" / "published" / "tap-crash" / "big"
-    singer_input = make_input(tmp_path / "input.singer.jsonl", JOB_RECORDS, 500, JOB_STREAMS, three_streams)
+    singer_input = job_input(tmp_path)
     cuts, table_rows = job_rounds(
         fs, tmp_path, random.Random(seed), singer_input, lambda: run_job(job, lake), lambda: prepare(job, lake),
         lambda: delta_rows(table) if job == "project" else None,
@@ -311,14 +340,15 @@ def iceberg_rows(mount: Path) -> int | None:
         return None
 
 
-def test_a_power_cut_during_an_iceberg_projection_leaves_its_previous_or_next_table(fs, tmp_path, seed, monkeypatch):
+def test_a_power_cut_during_an_iceberg_projection_leaves_its_previous_or_next_table(landed_fs, tmp_path, seed, monkeypatch):
     """The same rounds with `project --formats iceberg`, the SQLite catalog on the mount too. A cut is mounted
     again where the lake was (the catalog names files by their path) and its tables read whole."""
+    fs = landed_fs
     lake = fs.mount / "lake"
     monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__TYPE", "sql")
     monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__URI", f"sqlite:///{fs.mount}/catalog.db")
     monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__WAREHOUSE", f"file://{fs.mount}/warehouse")
-    singer_input = make_input(tmp_path / "input.singer.jsonl", JOB_RECORDS, 500, JOB_STREAMS, three_streams)
+    singer_input = job_input(tmp_path)
     command = [SINGERLAKE, "project", str(lake), "--formats", "iceberg", "--iceberg-catalog", "lake"]
     cuts, table_rows = job_rounds(
         fs, tmp_path, random.Random(seed), singer_input, lambda: subprocess.run(command, check=True, capture_output=True, timeout=HANG_S),
