@@ -90,17 +90,17 @@ def one_day_queries(queries: list[tuple[Path, str]], repeat: int) -> list[tuple[
     extensions = {os.path.basename(path).split(".")[0]: path for path in wheels}
     if "delta" not in extensions:
         raise SystemExit(f"no delta extension for DuckDB {duckdb.__version__}: pip install duckdb-ext-delta of the same version")
-    results: list[tuple[list[float], int]] = [([], 0) for _ in queries]
+    times: list[list[float]] = [[] for _ in queries]
+    counts = [0] * len(queries)
     for _ in range(repeat):
         for number, (table, where) in enumerate(queries):
             connection = duckdb.connect(config={"allow_unsigned_extensions": "true"})
             connection.execute(f"LOAD '{extensions['delta']}'")
             started = time.perf_counter()
-            count = connection.execute(f"SELECT count(*) FROM delta_scan({sql_text(str(table))}) WHERE {where}").fetchone()[0]
-            results[number][0].append(time.perf_counter() - started)
-            results[number] = (results[number][0], count)
+            counts[number] = connection.execute(f"SELECT count(*) FROM delta_scan({sql_text(str(table))}) WHERE {where}").fetchone()[0]
+            times[number].append(time.perf_counter() - started)
             connection.close()
-    return results
+    return list(zip(times, counts, strict=True))
 
 
 def file_share(table: Path) -> tuple[int, int]:

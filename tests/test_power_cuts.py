@@ -55,11 +55,15 @@ def fs(tmp_path):
     yield from mounted_on(tmp_path, tmp_path / "image")
 
 
-def mounted_on(tmp_path: Path, image: Path):
-    """The power-cut file system at ``tmp_path / "mnt"``, loaded with ``image`` (all of it durable)."""
+def skip_without_fuse() -> None:
     reason = why_unavailable()
     if reason:
         pytest.skip(reason)
+
+
+def mounted_on(tmp_path: Path, image: Path):
+    """The power-cut file system at ``tmp_path / "mnt"``, loaded with ``image`` (all of it durable)."""
+    skip_without_fuse()
     image.mkdir(exist_ok=True)
     with PowerCutFS.start(tmp_path / "mnt", image, tmp_path / "control") as mounted:
         yield mounted
@@ -259,8 +263,7 @@ def job_input(directory: Path) -> SingerInput:
 def first_landing(tmp_path_factory) -> Path:
     """The job scenarios' first landing (the input's first half), landed once for the module, off the mount: a
     landing that is not cut is the same on any disk, and each scenario's mount starts from a copy of it."""
-    if why_unavailable():
-        pytest.skip(why_unavailable())
+    skip_without_fuse()  # before a landing no scenario could use
     work = tmp_path_factory.mktemp("first-landing")
     singer_input = job_input(work)
     config = write_config(work, "config", lake_root=str(work / "image" / "lake"), batch_max_rows=200)
